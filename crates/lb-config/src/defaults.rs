@@ -1,0 +1,78 @@
+//! The documented default of every setting, in one place so that validation, `Default` impls
+//! and docs/config-lb-proxy.md agree.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, LogTarget, Timeouts};
+
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
+pub(crate) const CONTROL_SOCKET: &str = "/var/run/lb-proxy/master.sock";
+pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb-proxy/runtime.sock";
+pub(crate) const LOG_TAG: &str = "haproxy";
+pub(crate) const RETRIES: u32 = 3;
+pub(crate) const MAX_HEADER_SIZE: usize = 16 * 1024;
+/// hyper refuses read buffers smaller than this.
+pub(crate) const MIN_HEADER_SIZE: usize = 8 * 1024;
+pub(crate) const MAX_MAX_HEADER_SIZE: usize = 1024 * 1024;
+pub(crate) const CHECK_METHOD: &str = "GET";
+pub(crate) const CHECK_PATH: &str = "/ping";
+pub(crate) const CHECK_STATUS: u16 = 200;
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_RISE: u32 = 2;
+pub(crate) const CHECK_FALL: u32 = 3;
+pub(crate) const WEIGHT: u32 = 1;
+pub(crate) const MAX_WEIGHT: u32 = 256;
+pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            client: Duration::from_secs(30),
+            server: Duration::from_secs(30),
+            http_request: Duration::from_secs(10),
+            http_keep_alive: Duration::from_secs(10),
+            check: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            target: LogTarget::Stdout,
+            format: LogFormat::Haproxy,
+            tag: LOG_TAG.to_owned(),
+            facility: Facility::Local0,
+            hostname: None,
+        }
+    }
+}
+
+impl Default for Global {
+    fn default() -> Self {
+        Global {
+            max_connections: MAX_CONNECTIONS,
+            worker_threads: None,
+            user: None,
+            group: None,
+            log: Log::default(),
+            control_socket: PathBuf::from(CONTROL_SOCKET),
+            runtime_socket: PathBuf::from(RUNTIME_SOCKET),
+        }
+    }
+}
+
+/// A TCP connect check every 2s, up after 2 successes, down after 3 failures.
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            kind: CheckKind::Tcp,
+            interval: CHECK_INTERVAL,
+            rise: CHECK_RISE,
+            fall: CHECK_FALL,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! lb-proxy's configuration: the YAML schema, its validation, and the typed values the proxy
+//! runs on.
+//!
+//! lb-proxy reads its configuration with [`Config::load`] at start and on every reload; a file
+//! that does not validate is refused as a whole, with one [`Diagnostic`] per problem, located
+//! like a compiler message (`proxy.yaml:42:18: backends[1].servers[3].address: invalid port
+//! 99999`). lb-watcher, which keeps backend server lists in step with ZooKeeper, builds or edits
+//! a [`Config`] and writes it out with [`Config::to_yaml`], which [`Config::parse`] reads back
+//! to an equal value.
+//!
+//! The main types are [`Config`] and its parts ([`Global`], [`Frontend`], [`Backend`],
+//! [`Server`], [`Timeouts`], [`ErrorPages`], …), all fully resolved: `defaults:` has been merged
+//! into every frontend and backend, durations and addresses are parsed, errorfiles have been
+//! read. Loading fails with [`Error`]. The schema is documented for operators in
+//! `docs/config-lb-proxy.md`, and `etc/lb-proxy.yaml` is a commented example.
+//!
+//! # Layout
+//!
+//! - `model`: the typed, resolved values; what downstream code uses.
+//! - `load`: [`Config::load`] and [`Config::parse`], turning serde's errors into diagnostics.
+//! - `raw`: serde structs mirroring the YAML, shared by parsing and rendering.
+//! - `validate`: raw → typed, collecting every problem; one module per section plus `links`
+//!   for the checks across sections (names, binds, backend references, modes).
+//! - `locate`: where each value sits in the text, so that validation can say line and column.
+//! - `units`, `address`, `names`: durations and sizes, addresses, enumerated keywords.
+//! - `error_pages`: the built-in error responses and HAProxy-style errorfiles.
+//! - `defaults`: every default value in one place.
+//! - `render`: [`Config::to_yaml`].
+//! - `error`: [`Error`] and [`Diagnostic`].
+
+#![forbid(unsafe_code)]
+
+mod address;
+mod defaults;
+mod error;
+mod error_pages;
+mod load;
+mod locate;
+mod model;
+mod names;
+mod raw;
+mod render;
+mod units;
+mod validate;
+
+pub use error::{Diagnostic, Error};
+pub use model::{
+    AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility,
+    Frontend, Global, HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule,
+    Server, Timeouts,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,280 @@
+//! The typed configuration: what lb-proxy runs on once a file has been parsed and validated.
+//!
+//! Every value here is resolved: `defaults` have been merged into each frontend and backend,
+//! durations are `Duration`, addresses are parsed, error files are read. Nothing downstream
+//! re-checks what validation already guaranteed (names unique, referenced backends exist, modes
+//! agree between a frontend and its backends).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A whole lb-proxy configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub global: Global,
+    pub frontends: Vec<Frontend>,
+    pub backends: Vec<Backend>,
+}
+
+/// Process-wide settings (`global:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    /// Connections accepted at once over all frontends; at the limit we stop accepting.
+    pub max_connections: usize,
+    /// Tokio worker threads; `None` means one per core.
+    pub worker_threads: Option<usize>,
+    /// User and group to run as once the listening sockets are bound.
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub log: Log,
+    /// The master's control socket (reload, show proc): used by lb-supervisor and lbctl.
+    pub control_socket: PathBuf,
+    /// The runtime socket (show stat, set server …).
+    pub runtime_socket: PathBuf,
+}
+
+/// Where and how access logs are written (`global.log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Log {
+    pub target: LogTarget,
+    pub format: LogFormat,
+    /// The syslog program tag; `haproxy` by default so that existing log tooling matches.
+    pub tag: String,
+    pub facility: Facility,
+    /// The host name written in each line; `None` means the machine's host name.
+    pub hostname: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// One line per request on standard output (the default).
+    Stdout,
+    /// Syslog datagrams to a Unix socket such as `/dev/log` (written `unix:/dev/log`).
+    SyslogUnix(PathBuf),
+    /// Syslog datagrams over UDP (written `udp:127.0.0.1:514`).
+    SyslogUdp(SocketAddr),
+    /// No access log at all.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// HAProxy's `option httplog` (and `option tcplog` in TCP mode).
+    Haproxy,
+    /// One JSON object per line with the same facts plus the TLS ones.
+    Json,
+}
+
+/// Syslog facility, as numbered by RFC 5424.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Facility {
+    Kern = 0,
+    User = 1,
+    Daemon = 3,
+    Local0 = 16,
+    Local1 = 17,
+    Local2 = 18,
+    Local3 = 19,
+    Local4 = 20,
+    Local5 = 21,
+    Local6 = 22,
+    Local7 = 23,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Http,
+    Tcp,
+}
+
+/// Every timeout, resolved from `defaults.timeouts` and the section's own overrides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP connect to a server.
+    pub connect: Duration,
+    /// Client inactivity while a request (or, in TCP mode, data) is expected from it.
+    pub client: Duration,
+    /// Server inactivity: waiting for response headers or for body data (504 before headers).
+    pub server: Duration,
+    /// Time allowed to receive a complete request header section (408).
+    pub http_request: Duration,
+    /// Time an idle keep-alive client connection is kept waiting for its next request.
+    pub http_keep_alive: Duration,
+    /// Health check connect + response.
+    pub check: Duration,
+}
+
+/// A listening address: TCP (IPv4 or IPv6) or a Unix socket path (written `unix:/path`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// One `bind` entry of a frontend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub address: ListenAddr,
+    /// A PROXY protocol header (v1 or v2) is required on every connection to this bind.
+    pub accept_proxy: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frontend {
+    pub name: String,
+    pub binds: Vec<Bind>,
+    pub mode: Mode,
+    /// Connections reach this frontend through TLS (lb-tls in front): `X-Forwarded-Proto: https`.
+    pub tls: bool,
+    pub default_backend: Option<String>,
+    /// Checked in order; the first match chooses the backend, else `default_backend`.
+    pub rules: Vec<Rule>,
+    /// Connections accepted at once on this frontend; `None`: only the global limit applies.
+    pub max_connections: Option<usize>,
+    pub timeouts: Timeouts,
+    /// Largest request header section accepted, in bytes (HTTP mode).
+    pub max_header_size: usize,
+    /// Add `X-Forwarded-For` and `X-Forwarded-Proto` to requests (HTTP mode).
+    pub forward_for: bool,
+    /// The response sent for each error status lb-proxy itself produces.
+    pub error_pages: ErrorPages,
+}
+
+/// A routing rule: every condition given must hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Request path starts with this.
+    pub path_prefix: Option<String>,
+    /// Host header (port removed) equals this, case-insensitively.
+    pub host: Option<String>,
+    pub backend: String,
+}
+
+/// Responses for the statuses lb-proxy generates: 400, 403, 408, 500, 502, 503, 504.
+/// Every one is present: those not configured hold the built-in JSON default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorPages {
+    pub pages: BTreeMap<u16, ErrorPage>,
+}
+
+/// A complete response. Loaded from an HAProxy-style errorfile (a raw HTTP/1.x response:
+/// status line, headers, blank line, body) or the built-in default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorPage {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The file it came from, `None` for the built-in default.
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Fewest current connections, weighted (the default: API requests vary wildly in length).
+    LeastConn,
+    /// Weighted round robin.
+    RoundRobin,
+}
+
+/// How server connections are shared between client connections (HTTP mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpReuse {
+    /// One server connection per client connection (the default: API servers may cache
+    /// per-connection facts such as the forwarded address).
+    Never,
+    /// Idle server connections are pooled and reused by any client connection.
+    Safe,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub name: String,
+    pub mode: Mode,
+    pub balance: Balance,
+    pub servers: Vec<Server>,
+    /// How servers with `check: true` are checked.
+    pub health_check: HealthCheck,
+    pub timeouts: Timeouts,
+    /// Extra connect attempts after a failed connect.
+    pub retries: u32,
+    /// Retries go to another server when one is usable.
+    pub redispatch: bool,
+    pub http_reuse: HttpReuse,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub kind: CheckKind,
+    pub interval: Duration,
+    /// Consecutive successes that bring a down server up.
+    pub rise: u32,
+    /// Consecutive failures that bring an up server down.
+    pub fall: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckKind {
+    /// A TCP connect that succeeds within `timeouts.check`.
+    Tcp,
+    /// An HTTP request whose response status is `expect_status`.
+    Http { method: String, path: String, host: Option<String>, expect_status: u16 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    pub name: String,
+    pub address: SocketAddr,
+    /// 0 to 256; 0 takes no new traffic.
+    pub weight: u32,
+    pub check: bool,
+    /// After coming up, the weight ramps from almost nothing to `weight` over this long.
+    pub slowstart: Option<Duration>,
+    pub max_connections: Option<usize>,
+    pub state: AdminState,
+}
+
+/// The administrative state a server starts in (the runtime API can change it later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// Takes traffic.
+    Ready,
+    /// Keeps its current connections, gets no new ones.
+    Drain,
+    /// Gets nothing and is not checked.
+    Maint,
+}
+
+impl Config {
+    /// The frontend named `name`.
+    pub fn frontend(&self, name: &str) -> Option<&Frontend> {
+        self.frontends.iter().find(|f| f.name == name)
+    }
+
+    /// The backend named `name`.
+    pub fn backend(&self, name: &str) -> Option<&Backend> {
+        self.backends.iter().find(|b| b.name == name)
+    }
+
+    /// Every listening address of every frontend, in order, without repeats.
+    pub fn listen_addrs(&self) -> Vec<ListenAddr> {
+        let mut seen = Vec::new();
+        for bind in self.frontends.iter().flat_map(|f| &f.binds) {
+            if !seen.contains(&bind.address) {
+                seen.push(bind.address.clone());
+            }
+        }
+        seen
+    }
+}

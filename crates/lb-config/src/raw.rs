@@ -1,0 +1,280 @@
+//! The YAML document as written, before validation: one struct per mapping of the schema.
+//!
+//! Everything the operator may leave out is an `Option`, and enumerations, durations, sizes and
+//! addresses are kept as text, so that serde only rejects what is structurally wrong (unknown
+//! keys, a list where a map belongs) and validation can report every value problem at once,
+//! each with its location. The same structs, filled from a typed [`Config`](crate::Config),
+//! are serialized by `Config::to_yaml`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a map with `global`, `defaults`, `frontends` and `backends`"
+)]
+pub(crate) struct RawConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) global: Option<RawGlobal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) defaults: Option<RawDefaults>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) frontends: Option<Vec<RawFrontend>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) backends: Option<Vec<RawBackend>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of global settings")]
+pub(crate) struct RawGlobal {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_connections: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) worker_threads: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) control_socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) runtime_socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) log: Option<RawLog>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of log settings")]
+pub(crate) struct RawLog {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) format: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tag: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) facility: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hostname: Option<String>,
+}
+
+/// `defaults:`: values every frontend and backend starts from.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of default settings")]
+pub(crate) struct RawDefaults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) balance: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) retries: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) redispatch: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http_reuse: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_header_size: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) forward_for: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeouts: Option<RawTimeouts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error_files: Option<BTreeMap<StatusKey, String>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of timeouts")]
+pub(crate) struct RawTimeouts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) connect: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) client: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) server: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http_request: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http_keep_alive: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) check: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a frontend (a map)")]
+pub(crate) struct RawFrontend {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) bind: Option<Vec<RawBind>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) accept_proxy: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) default_backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_connections: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_header_size: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) forward_for: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeouts: Option<RawTimeouts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error_files: Option<BTreeMap<StatusKey, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rules: Option<Vec<RawRule>>,
+}
+
+/// A `bind` entry: `127.0.0.1:80`, or `{ address: 127.0.0.1:80, accept_proxy: true }`.
+#[derive(Debug)]
+pub(crate) enum RawBind {
+    Address(String),
+    Map(RawBindMap),
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `address` and `accept_proxy`")]
+pub(crate) struct RawBindMap {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) accept_proxy: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a rule (a map)")]
+pub(crate) struct RawRule {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) path_prefix: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) backend: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a backend (a map)")]
+pub(crate) struct RawBackend {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) balance: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) retries: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) redispatch: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http_reuse: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeouts: Option<RawTimeouts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) health_check: Option<RawHealthCheck>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) servers: Option<Vec<RawServer>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of health check settings")]
+pub(crate) struct RawHealthCheck {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expect_status: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rise: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fall: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a server (a map)")]
+pub(crate) struct RawServer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) weight: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) check: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) slowstart: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_connections: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) state: Option<String>,
+}
+
+/// An `error_files` key as written. Kept as text so that `404:` or `oops:` is a located
+/// diagnostic rather than a serde type error; written back as a plain number.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct StatusKey(pub(crate) String);
+
+impl Serialize for StatusKey {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0.parse::<u16>() {
+            Ok(status) => serializer.serialize_u16(status),
+            Err(_) => serializer.serialize_str(&self.0),
+        }
+    }
+}
+
+impl Serialize for RawBind {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RawBind::Address(address) => serializer.serialize_str(address),
+            RawBind::Map(map) => map.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RawBind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(BindVisitor)
+    }
+}
+
+struct BindVisitor;
+
+impl<'de> Visitor<'de> for BindVisitor {
+    type Value = RawBind;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an address such as 127.0.0.1:80, or a map with `address` and `accept_proxy`")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<RawBind, E> {
+        Ok(RawBind::Address(v.to_owned()))
+    }
+
+    // A bare `80` is a plausible slip; take it as text so validation explains what is expected.
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawBind, E> {
+        Ok(RawBind::Address(v.to_string()))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawBind, E> {
+        Ok(RawBind::Address(v.to_string()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawBind, A::Error> {
+        RawBindMap::deserialize(de::value::MapAccessDeserializer::new(map)).map(RawBind::Map)
+    }
+}

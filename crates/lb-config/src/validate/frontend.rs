@@ -1,0 +1,112 @@
+//! One `frontends[i]` entry: binds, settings and routing rules (whose backends are checked in
+//! `links`, once every backend is known).
+
+use super::sections::{error_files, header_size, timeouts, Defaults};
+use super::Ctx;
+use crate::address::parse_listen;
+use crate::error_pages::merged;
+use crate::locate::{child, item};
+use crate::model::{Bind, Frontend, Mode, Rule};
+use crate::raw::{RawBind, RawFrontend, RawRule};
+
+/// A frontend, with where each of its binds was written (for the checks across frontends).
+#[derive(Debug)]
+pub(super) struct Checked {
+    pub(super) frontend: Frontend,
+    pub(super) bind_fields: Vec<String>,
+}
+
+pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Defaults) -> Checked {
+    let accept_proxy = raw.accept_proxy.unwrap_or(false);
+    let binds_path = child(path, "bind");
+    let (bind_fields, binds): (Vec<String>, Vec<Bind>) = raw
+        .bind
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, b)| bind(ctx, &item(&binds_path, i), b, accept_proxy))
+        .unzip();
+    if raw.bind.as_ref().is_none_or(Vec::is_empty) {
+        ctx.error(path, "at least one `bind` address is required");
+    }
+    let rules_path = child(path, "rules");
+    let rules: Vec<Rule> = raw
+        .rules
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| rule(ctx, &item(&rules_path, i), r))
+        .collect();
+    if raw.default_backend.is_none() && rules.is_empty() {
+        ctx.error(
+            path,
+            "needs a `default_backend` or at least one rule: no request could be routed",
+        );
+    }
+    let files = error_files(ctx, &child(path, "error_files"), raw.error_files.as_ref());
+    let frontend = Frontend {
+        name: ctx.name(path, raw.name.as_ref()),
+        binds,
+        mode: ctx.keyword(path, "mode", raw.mode.as_ref(), Mode::KEYWORDS).unwrap_or(d.mode),
+        tls: raw.tls.unwrap_or(false),
+        default_backend: raw.default_backend.clone(),
+        rules,
+        max_connections: ctx.limit(path, "max_connections", raw.max_connections),
+        timeouts: timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), d.timeouts),
+        max_header_size: header_size(ctx, path, raw.max_header_size.as_ref())
+            .unwrap_or(d.max_header_size),
+        forward_for: raw.forward_for.unwrap_or(d.forward_for),
+        error_pages: merged(&d.error_pages, files),
+    };
+    Checked { frontend, bind_fields }
+}
+
+/// A string entry takes the frontend's `accept_proxy`; a map entry may set its own.
+fn bind(
+    ctx: &mut Ctx<'_>,
+    path: &str,
+    raw: &RawBind,
+    accept_proxy: bool,
+) -> Option<(String, Bind)> {
+    let (text, field, accept_proxy) = match raw {
+        RawBind::Address(text) => (text, path.to_owned(), accept_proxy),
+        RawBind::Map(map) => {
+            let Some(text) = &map.address else {
+                ctx.error(path, "missing `address`");
+                return None;
+            };
+            (text, child(path, "address"), map.accept_proxy.unwrap_or(accept_proxy))
+        }
+    };
+    match parse_listen(text, ctx.base) {
+        Ok(address) => Some((field, Bind { address, accept_proxy })),
+        Err(message) => {
+            ctx.error(&field, message);
+            None
+        }
+    }
+}
+
+fn rule(ctx: &mut Ctx<'_>, path: &str, raw: &RawRule) -> Rule {
+    if let Some(prefix) = &raw.path_prefix {
+        if !prefix.starts_with('/') {
+            ctx.error(&child(path, "path_prefix"), format!("`{prefix}` must start with `/`"));
+        }
+    }
+    if let Some(host) = &raw.host {
+        if host.is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
+            ctx.error(&child(path, "host"), format!("invalid host name `{host}`"));
+        }
+    }
+    if raw.path_prefix.is_none() && raw.host.is_none() {
+        ctx.error(path, "a rule needs a condition: `path_prefix`, `host` or both");
+    }
+    if raw.backend.is_none() {
+        ctx.error(path, "missing `backend`");
+    }
+    Rule {
+        path_prefix: raw.path_prefix.clone(),
+        host: raw.host.clone(),
+        backend: raw.backend.clone().unwrap_or_default(),
+    }
+}

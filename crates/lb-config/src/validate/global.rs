@@ -1,0 +1,73 @@
+//! `global:` and `global.log:`.
+
+use std::path::PathBuf;
+
+use super::Ctx;
+use crate::address::{parse_log_target, resolve};
+use crate::defaults::{CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, RUNTIME_SOCKET};
+use crate::locate::child;
+use crate::model::{Facility, Global, Log, LogFormat, LogTarget};
+use crate::raw::{RawGlobal, RawLog};
+
+/// RFC 5424 limits APP-NAME (the tag) to 48 printable characters.
+const MAX_TAG_LEN: usize = 48;
+
+pub(super) fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Global {
+    let path = "global";
+    let Some(raw) = raw else {
+        return Global::default();
+    };
+    let worker_threads = ctx.int(path, "worker_threads", raw.worker_threads, 1..=1024);
+    Global {
+        max_connections: ctx
+            .limit(path, "max_connections", raw.max_connections)
+            .unwrap_or(MAX_CONNECTIONS),
+        worker_threads: worker_threads.and_then(|n| usize::try_from(n).ok()),
+        user: ctx.word(path, "user", raw.user.as_ref()),
+        group: ctx.word(path, "group", raw.group.as_ref()),
+        log: log(ctx, &child(path, "log"), raw.log.as_ref()),
+        control_socket: socket(ctx, path, "control_socket", raw.control_socket.as_ref())
+            .unwrap_or_else(|| PathBuf::from(CONTROL_SOCKET)),
+        runtime_socket: socket(ctx, path, "runtime_socket", raw.runtime_socket.as_ref())
+            .unwrap_or_else(|| PathBuf::from(RUNTIME_SOCKET)),
+    }
+}
+
+fn socket(ctx: &mut Ctx<'_>, parent: &str, key: &str, text: Option<&String>) -> Option<PathBuf> {
+    let text = text?;
+    if text.trim().is_empty() {
+        ctx.error(&child(parent, key), "must not be empty");
+        return None;
+    }
+    Some(resolve(ctx.base, text))
+}
+
+fn log(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawLog>) -> Log {
+    let Some(raw) = raw else {
+        return Log::default();
+    };
+    let target = raw.target.as_ref().and_then(|text| match parse_log_target(text, ctx.base) {
+        Ok(target) => Some(target),
+        Err(message) => {
+            ctx.error(&child(path, "target"), message);
+            None
+        }
+    });
+    let tag = ctx.word(path, "tag", raw.tag.as_ref());
+    if let Some(tag) = &tag {
+        if tag.len() > MAX_TAG_LEN || !tag.is_ascii() {
+            ctx.error(&child(path, "tag"), "must be at most 48 ASCII characters");
+        }
+    }
+    Log {
+        target: target.unwrap_or(LogTarget::Stdout),
+        format: ctx
+            .keyword(path, "format", raw.format.as_ref(), LogFormat::KEYWORDS)
+            .unwrap_or(LogFormat::Haproxy),
+        tag: tag.unwrap_or_else(|| LOG_TAG.to_owned()),
+        facility: ctx
+            .keyword(path, "facility", raw.facility.as_ref(), Facility::KEYWORDS)
+            .unwrap_or(Facility::Local0),
+        hostname: ctx.word(path, "hostname", raw.hostname.as_ref()),
+    }
+}

@@ -1,0 +1,105 @@
+//! Checks across sections: unique names and binds, rules and default backends that name an
+//! existing backend of the same mode.
+
+use std::collections::HashMap;
+
+use super::frontend::Checked;
+use super::Ctx;
+use crate::locate::{child, item};
+use crate::model::{Backend, ListenAddr, Mode};
+use crate::raw::RawFrontend;
+
+pub(super) fn check(
+    ctx: &mut Ctx<'_>,
+    raw_frontends: &[RawFrontend],
+    frontends: &[Checked],
+    backends: &[Backend],
+) {
+    let names = frontends.iter().map(|c| c.frontend.name.as_str());
+    unique_names(ctx, "frontends", "frontend", names);
+    unique_names(ctx, "backends", "backend", backends.iter().map(|b| b.name.as_str()));
+    unique_binds(ctx, frontends);
+
+    for (i, (raw, checked)) in raw_frontends.iter().zip(frontends).enumerate() {
+        let path = item("frontends", i);
+        let frontend = &checked.frontend;
+        if let Some(name) = &frontend.default_backend {
+            reference(ctx, &child(&path, "default_backend"), frontend.mode, name, backends);
+        }
+        for (j, rule) in frontend.rules.iter().enumerate() {
+            let rule_path = item(&child(&path, "rules"), j);
+            if frontend.mode == Mode::Tcp && (rule.path_prefix.is_some() || rule.host.is_some()) {
+                ctx.error(
+                    &rule_path,
+                    "a tcp frontend cannot route by `path_prefix` or `host` (those are HTTP); \
+                     use `default_backend`",
+                );
+            }
+            if raw.rules.as_ref().and_then(|r| r.get(j)).is_some_and(|r| r.backend.is_some()) {
+                reference(
+                    ctx,
+                    &child(&rule_path, "backend"),
+                    frontend.mode,
+                    &rule.backend,
+                    backends,
+                );
+            }
+        }
+    }
+}
+
+fn unique_names<'a>(
+    ctx: &mut Ctx<'_>,
+    section: &str,
+    what: &str,
+    names: impl Iterator<Item = &'a str>,
+) {
+    let mut first: HashMap<&str, String> = HashMap::new();
+    for (i, name) in names.enumerate() {
+        let field = child(&item(section, i), "name");
+        if name.is_empty() {
+            continue;
+        }
+        match first.get(name) {
+            Some(earlier) => {
+                let line = ctx.line_of(earlier);
+                ctx.error(&field, format!("duplicate {what} name `{name}` (first at line {line})"));
+            }
+            None => {
+                first.insert(name, field);
+            }
+        }
+    }
+}
+
+fn unique_binds(ctx: &mut Ctx<'_>, frontends: &[Checked]) {
+    let mut first: HashMap<&ListenAddr, (&str, &str)> = HashMap::new();
+    for checked in frontends {
+        let frontend = &checked.frontend;
+        for (bind, field) in frontend.binds.iter().zip(&checked.bind_fields) {
+            match first.get(&bind.address) {
+                Some((owner, earlier)) => {
+                    let line = ctx.line_of(earlier);
+                    let message = format!(
+                        "`{}` is already bound by frontend `{owner}` (line {line})",
+                        bind.address
+                    );
+                    ctx.error(field, message);
+                }
+                None => {
+                    first.insert(&bind.address, (&frontend.name, field));
+                }
+            }
+        }
+    }
+}
+
+/// `name`, referred to from `field` by a frontend in `mode`, must be a backend in that mode.
+fn reference(ctx: &mut Ctx<'_>, field: &str, mode: Mode, name: &str, backends: &[Backend]) {
+    match backends.iter().find(|b| b.name == name) {
+        None => ctx.error(field, format!("no backend named `{name}`")),
+        Some(backend) if backend.mode != mode => ctx
+            .error(field, format!("frontend mode {mode} but backend `{name}` is {}", backend.mode)),
+        Some(_) => {}
+    }
+}

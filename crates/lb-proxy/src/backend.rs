@@ -1,0 +1,213 @@
+//! Backends and their servers at run time: who is usable, how many connections each holds, and
+//! which one takes the next server connection.
+//!
+//! The typed config says what a backend is; this module keeps what changes while serving: each
+//! server's connection count, health (set by `health`), admin state and weight (set by the
+//! runtime API), and the slowstart ramp that follows a server coming back. Everything here is
+//! shared by every connection task, so it is made of atomics and a few short-held mutexes.
+//!
+//! A connection to a server is accounted by a [`ServerLease`], handed out by
+//! [`BackendState::pick`] and released on drop, so a count can never leak on an error path.
+//! Picking and counting happen together: a server at its `max_connections` is never over-filled
+//! by two tasks racing for its last slot.
+
+mod balance;
+mod server;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lb_config::Balance;
+
+use balance::SmoothRoundRobin;
+pub(crate) use server::ServerState;
+
+/// Every backend of one config, by name. A new config (reload) gets new `Backends`.
+#[derive(Debug)]
+pub(crate) struct Backends {
+    /// In config order.
+    list: Vec<Arc<BackendState>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Backends {
+    pub(crate) fn new(config: &lb_config::Config) -> Backends {
+        let list: Vec<Arc<BackendState>> = config
+            .backends
+            .iter()
+            .map(|b| Arc::new(BackendState::new(b.clone())))
+            .collect();
+        let by_name = list
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.name().to_owned(), i))
+            .collect();
+        Backends { list, by_name }
+    }
+
+    /// The backend named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<BackendState>> {
+        self.by_name.get(name).and_then(|&i| self.list.get(i))
+    }
+
+    /// Every backend, in config order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<BackendState>> {
+        self.list.iter()
+    }
+}
+
+/// One backend at run time: its config, its servers and the balancer's state.
+pub(crate) struct BackendState {
+    config: lb_config::Backend,
+    servers: Vec<Arc<ServerState>>,
+    /// Connections held through leases on all servers (HAProxy's `beconn`).
+    conns: AtomicUsize,
+    /// The server last chosen by leastconn: ties are broken starting after it.
+    last_pick: AtomicUsize,
+    /// Smooth weighted round robin's per-server current weights.
+    round_robin: SmoothRoundRobin,
+}
+
+impl fmt::Debug for BackendState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendState")
+            .field("name", &self.config.name)
+            .field("balance", &self.config.balance)
+            .field("conns", &self.conns)
+            .field("servers", &self.servers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackendState {
+    pub(crate) fn new(config: lb_config::Backend) -> BackendState {
+        let servers: Vec<Arc<ServerState>> = config
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Arc::new(ServerState::new(i, s.clone())))
+            .collect();
+        let round_robin = SmoothRoundRobin::new(servers.len());
+        BackendState {
+            config,
+            servers,
+            conns: AtomicUsize::new(0),
+            last_pick: AtomicUsize::new(usize::MAX),
+            round_robin,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(crate) fn config(&self) -> &lb_config::Backend {
+        &self.config
+    }
+
+    pub(crate) fn servers(&self) -> &[Arc<ServerState>] {
+        &self.servers
+    }
+
+    /// Choose a server for a new server connection, per the balance algorithm, skipping servers
+    /// in `avoid` (by index) when any other is usable (redispatch after a failed connect),
+    /// servers at their max_connections, servers not usable (admin state not Ready, health down,
+    /// effective weight 0). None = no server can take it (the caller answers 503).
+    pub(crate) fn pick(self: &Arc<Self>, avoid: &[usize]) -> Option<ServerLease> {
+        self.pick_at(avoid, Instant::now())
+    }
+
+    /// [`pick`](Self::pick) with the clock given (slowstart depends on it).
+    pub(crate) fn pick_at(self: &Arc<Self>, avoid: &[usize], now: Instant) -> Option<ServerLease> {
+        // (index, effective weight) of every server that could take one more connection now.
+        let mut candidates: Vec<(usize, u32)> = self
+            .servers
+            .iter()
+            .filter(|s| s.has_room())
+            .filter_map(|s| s.usable_weight(now).map(|w| (s.index(), w)))
+            .collect();
+        if candidates.iter().any(|(i, _)| !avoid.contains(i)) {
+            candidates.retain(|(i, _)| !avoid.contains(i));
+        }
+        // A chosen server can lose its last slot to a racing task: drop it and choose again.
+        while !candidates.is_empty() {
+            let chosen = match self.config.balance {
+                Balance::LeastConn => {
+                    let after = self.last_pick.load(Ordering::Relaxed);
+                    balance::least_conn(&candidates, after, |i| {
+                        self.servers
+                            .get(i)
+                            .map_or(usize::MAX, |s| s.current_conns())
+                    })
+                }
+                Balance::RoundRobin => self.round_robin.next(&candidates),
+            }?;
+            let server = self.servers.get(chosen)?;
+            if server.try_acquire() {
+                self.last_pick.store(chosen, Ordering::Relaxed);
+                self.conns.fetch_add(1, Ordering::AcqRel);
+                return Some(ServerLease {
+                    backend: Arc::clone(self),
+                    server: Arc::clone(server),
+                });
+            }
+            candidates.retain(|&(i, _)| i != chosen);
+        }
+        None
+    }
+
+    /// Current connections held through leases on all its servers (HAProxy's beconn).
+    pub(crate) fn current_conns(&self) -> usize {
+        self.conns.load(Ordering::Acquire)
+    }
+
+    /// Any server usable right now: admin state Ready, health up, effective weight above 0
+    /// (whether it has room under its max_connections is not considered).
+    pub(crate) fn has_usable_server(&self) -> bool {
+        let now = Instant::now();
+        self.servers.iter().any(|s| s.usable_weight(now).is_some())
+    }
+
+    /// Servers health-up and not in maintenance (drain included): HAProxy's "active servers" of
+    /// its UP/DOWN log lines.
+    pub(crate) fn active_servers(&self) -> usize {
+        self.servers.iter().filter(|s| s.accepts_existing()).count()
+    }
+}
+
+/// Holding a lease counts one connection on the server and its backend; dropping it releases.
+pub(crate) struct ServerLease {
+    backend: Arc<BackendState>,
+    server: Arc<ServerState>,
+}
+
+impl fmt::Debug for ServerLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerLease")
+            .field("backend", &self.backend.name())
+            .field("server", &self.server.name())
+            .finish()
+    }
+}
+
+impl ServerLease {
+    pub(crate) fn server(&self) -> &Arc<ServerState> {
+        &self.server
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<BackendState> {
+        &self.backend
+    }
+}
+
+impl Drop for ServerLease {
+    fn drop(&mut self) {
+        self.server.release();
+        self.backend.conns.fetch_sub(1, Ordering::AcqRel);
+    }
+}

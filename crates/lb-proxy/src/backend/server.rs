@@ -1,0 +1,251 @@
+//! One server's run-time state: connection count, health, admin state, weight and slowstart.
+//!
+//! Written by connection tasks (lease counts, connect outcomes), by the server's health-check
+//! task (up/down, last check) and by the runtime API (admin state, weight); read by all of them.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use lb_config::AdminState;
+use tokio::sync::Notify;
+
+use crate::health::CheckResult;
+
+/// Largest weight a server can have (HAProxy's and the config's limit).
+const MAX_WEIGHT: u32 = 256;
+
+/// One server of a backend at run time; shared across tasks.
+pub(crate) struct ServerState {
+    index: usize,
+    config: lb_config::Server,
+    /// Connections held through leases (HAProxy's `srv_conn`).
+    conns: AtomicUsize,
+    admin: AtomicU8,
+    weight: AtomicU32,
+    /// Health: true when up, or when the server is not checked.
+    up: AtomicBool,
+    /// When the current slowstart ramp began; `None`: no ramp (full weight).
+    ramp_start: Mutex<Option<Instant>>,
+    /// Set by a failed connect on traffic, taken by the health-check task as one failure.
+    observed_failure: AtomicBool,
+    /// Wakes the health-check task: a failed connect to check at once, an admin state change.
+    wake: Notify,
+    last_check: Mutex<CheckResult>,
+}
+
+impl fmt::Debug for ServerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerState")
+            .field("index", &self.index)
+            .field("name", &self.config.name)
+            .field("addr", &self.config.address)
+            .field("conns", &self.current_conns())
+            .field("admin", &self.admin_state())
+            .field("weight", &self.weight())
+            .field("up", &self.is_up())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A mutex's contents even if a panicking holder poisoned it: every value kept here is valid
+/// whatever point a writer stopped at.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn encode(s: AdminState) -> u8 {
+    match s {
+        AdminState::Ready => 0,
+        AdminState::Drain => 1,
+        AdminState::Maint => 2,
+    }
+}
+
+fn decode(v: u8) -> AdminState {
+    match v {
+        0 => AdminState::Ready,
+        1 => AdminState::Drain,
+        _ => AdminState::Maint,
+    }
+}
+
+impl ServerState {
+    /// A server as at process start: full weight, health up, the configured admin state.
+    pub(crate) fn new(index: usize, config: lb_config::Server) -> ServerState {
+        ServerState {
+            index,
+            conns: AtomicUsize::new(0),
+            admin: AtomicU8::new(encode(config.state)),
+            weight: AtomicU32::new(config.weight.min(MAX_WEIGHT)),
+            up: AtomicBool::new(true),
+            ramp_start: Mutex::new(None),
+            observed_failure: AtomicBool::new(false),
+            wake: Notify::new(),
+            last_check: Mutex::new(CheckResult::default()),
+            config,
+        }
+    }
+
+    /// Position in its backend's server list.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.config.address
+    }
+
+    pub(crate) fn config(&self) -> &lb_config::Server {
+        &self.config
+    }
+
+    /// Connections held through leases (`srv_conn` in logs).
+    pub(crate) fn current_conns(&self) -> usize {
+        self.conns.load(Ordering::Acquire)
+    }
+
+    /// Health: up, or not checked at all.
+    pub(crate) fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn admin_state(&self) -> AdminState {
+        decode(self.admin.load(Ordering::Acquire))
+    }
+
+    /// Change the admin state. Back to Ready from Drain or Maint starts the slowstart ramp;
+    /// the health-check task is woken (it stops checking in Maint and checks at once after).
+    pub(crate) fn set_admin_state(&self, s: AdminState) {
+        let old = decode(self.admin.swap(encode(s), Ordering::AcqRel));
+        if old != s {
+            if s == AdminState::Ready {
+                self.start_ramp(Instant::now());
+            }
+            self.wake.notify_one();
+        }
+    }
+
+    /// The configured weight, or the one last set at run time.
+    pub(crate) fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Acquire)
+    }
+
+    /// Set the weight (at most 256).
+    pub(crate) fn set_weight(&self, w: u32) {
+        self.weight.store(w.min(MAX_WEIGHT), Ordering::Release);
+    }
+
+    /// The weight with the slowstart ramp applied: during `slowstart` after the server came up,
+    /// `max(1, weight × elapsed / slowstart)`; then `weight`. 0 when the weight is 0.
+    pub(crate) fn effective_weight(&self, now: Instant) -> u32 {
+        let weight = self.weight();
+        let (Some(slowstart), Some(start)) = (self.config.slowstart, *lock(&self.ramp_start))
+        else {
+            return weight;
+        };
+        let elapsed = now.saturating_duration_since(start);
+        if weight == 0 || elapsed >= slowstart || slowstart.is_zero() {
+            return weight;
+        }
+        let ramped = u128::from(weight) * elapsed.as_nanos() / slowstart.as_nanos();
+        u32::try_from(ramped).unwrap_or(weight).clamp(1, weight)
+    }
+
+    /// A request already pinned to this server (client keep-alive with a tied server connection)
+    /// may continue: admin state is not Maint and health is up (Drain keeps existing connections).
+    pub(crate) fn accepts_existing(&self) -> bool {
+        self.admin_state() != AdminState::Maint && self.is_up()
+    }
+
+    /// A connect to this server failed / succeeded on real traffic. A failure on a checked, up
+    /// server counts as one failed check and makes its health-check task check at once (at most
+    /// one such failure is counted per check). Successes change nothing: only checks bring a
+    /// server up.
+    pub(crate) fn observe_connect(&self, ok: bool) {
+        if ok || !self.config.check || !self.is_up() {
+            return;
+        }
+        if !self.observed_failure.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The last health check's outcome (`Init` status before the first).
+    pub(crate) fn last_check(&self) -> CheckResult {
+        lock(&self.last_check).clone()
+    }
+
+    // ---- for the balancer -------------------------------------------------------------------
+
+    /// The effective weight when this server may take a new connection (admin Ready, health up,
+    /// effective weight above 0), else `None`.
+    pub(super) fn usable_weight(&self, now: Instant) -> Option<u32> {
+        if self.admin_state() != AdminState::Ready || !self.is_up() {
+            return None;
+        }
+        Some(self.effective_weight(now)).filter(|&w| w > 0)
+    }
+
+    /// Below its max_connections (if any).
+    pub(super) fn has_room(&self) -> bool {
+        self.config
+            .max_connections
+            .is_none_or(|max| self.current_conns() < max)
+    }
+
+    /// Count one more connection unless that would pass max_connections.
+    pub(super) fn try_acquire(&self) -> bool {
+        let max = self.config.max_connections.unwrap_or(usize::MAX);
+        self.conns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < max).then_some(c + 1)
+            })
+            .is_ok()
+    }
+
+    /// Count one connection less (a lease was dropped).
+    pub(super) fn release(&self) {
+        // Never below 0, even if a bug released twice.
+        let _ = self
+            .conns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
+    }
+
+    // ---- for the health-check task -----------------------------------------------------------
+
+    /// Set health after a check decided it. Coming up starts the slowstart ramp at `now`.
+    pub(crate) fn set_up(&self, up: bool, now: Instant) {
+        let was = self.up.swap(up, Ordering::AcqRel);
+        if up && !was {
+            self.start_ramp(now);
+        }
+    }
+
+    /// Take (and clear) the failure observed on traffic since the last call.
+    pub(crate) fn take_observed_failure(&self) -> bool {
+        self.observed_failure.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves when the health-check task should look again (see `wake`).
+    pub(crate) async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    pub(crate) fn record_check(&self, result: CheckResult) {
+        *lock(&self.last_check) = result;
+    }
+
+    /// Begin a slowstart ramp at `now` (no effect without `slowstart`).
+    pub(crate) fn start_ramp(&self, now: Instant) {
+        if self.config.slowstart.is_some() {
+            *lock(&self.ramp_start) = Some(now);
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Connecting to a server of a backend: pick, connect within `timeouts.connect`, and on failure
+//! retry up to `retries` times, on another server when `redispatch` is set (HAProxy's
+//! `option redispatch`), else on the same one. Shared by HTTP and TCP mode.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use crate::backend::{BackendState, ServerLease};
+
+/// A connected server socket and the lease that counts it.
+#[derive(Debug)]
+pub(crate) struct Connected {
+    pub(crate) stream: TcpStream,
+    pub(crate) lease: ServerLease,
+    /// Time spent connecting on the successful attempt (the log's Tc).
+    pub(crate) connect_time: Duration,
+}
+
+/// Why no connection could be made.
+#[derive(Debug)]
+pub(crate) enum ConnectFailure {
+    /// No server is usable (all down, in maintenance, or full): 503 with `<NOSRV>`.
+    NoServer,
+    /// Every attempt failed; the last one's server and cause.
+    Failed { server: String, timed_out: bool, error: io::Error },
+}
+
+/// Connect to a server of `backend`, counting retries into `retries`.
+pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> Result<Connected, ConnectFailure> {
+    let config = backend.config();
+    let mut avoid: Vec<usize> = Vec::new();
+    let mut lease = backend.pick(&avoid).ok_or(ConnectFailure::NoServer)?;
+    loop {
+        let server = lease.server().clone();
+        let started = Instant::now();
+        let result = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.addr())).await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(e)) => Err((false, e)),
+            Err(_) => Err((true, io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))),
+        };
+        match result {
+            Ok(stream) => {
+                server.observe_connect(true);
+                let _ = stream.set_nodelay(true);
+                return Ok(Connected { stream, lease, connect_time: started.elapsed() });
+            }
+            Err((timed_out, error)) => {
+                server.observe_connect(false);
+                tracing::debug!(backend = backend.name(), server = server.name(), "connect failed: {error}");
+                if *retries >= config.retries {
+                    return Err(ConnectFailure::Failed { server: server.name().to_owned(), timed_out, error });
+                }
+                *retries += 1;
+                if config.redispatch {
+                    avoid.push(server.index());
+                    drop(lease);
+                    lease = match backend.pick(&avoid) {
+                        Some(next) => next,
+                        None => {
+                            return Err(ConnectFailure::Failed { server: server.name().to_owned(), timed_out, error })
+                        }
+                    };
+                }
+            }
+        }
+    }
+}

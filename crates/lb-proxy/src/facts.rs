@@ -1,0 +1,53 @@
+//! What we know about a client connection: where it came from (the socket, or the PROXY header
+//! that lb-tls or another load balancer put in front) and the TLS facts that header carried.
+
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
+/// The facts of one accepted connection, fixed once the PROXY header (if any) has been read.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnFacts {
+    /// The client: the PROXY header's source when there was one, else the peer address.
+    /// `None` for a Unix socket peer without a PROXY header (or a PROXY `LOCAL`/`UNKNOWN`).
+    pub(crate) client: Option<SocketAddr>,
+    /// The address the client connected to (the PROXY header's destination when present).
+    pub(crate) local: Option<SocketAddr>,
+    /// TLS facts from a PROXY v2 SSL TLV; `None` when the connection did not come through TLS.
+    pub(crate) tls: Option<TlsFacts>,
+    /// The negotiated ALPN protocol (PROXY v2 ALPN TLV), e.g. `h2` or `http/1.1`.
+    pub(crate) alpn: Option<String>,
+    /// The SNI host name (PROXY v2 AUTHORITY TLV).
+    pub(crate) authority: Option<String>,
+    /// Wall-clock accept time, for the log's accept date.
+    pub(crate) accepted_at: SystemTime,
+    /// Monotonic accept time, for the log's timers.
+    pub(crate) accepted: Instant,
+}
+
+/// The PROXY v2 `PP2_TYPE_SSL` TLV and its sub-TLVs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsFacts {
+    /// e.g. `TLSv1.3` (`PP2_SUBTYPE_SSL_VERSION`).
+    pub(crate) version: Option<String>,
+    /// e.g. `TLS_AES_256_GCM_SHA384` (`PP2_SUBTYPE_SSL_CIPHER`).
+    pub(crate) cipher: Option<String>,
+    /// `PP2_CLIENT_CERT_CONN`: a client certificate was presented on this connection.
+    pub(crate) client_cert: bool,
+    /// The client certificate verified (the TLV's `verify` field was 0).
+    pub(crate) client_cert_verified: bool,
+}
+
+impl ConnFacts {
+    /// Facts of a connection with no PROXY header.
+    pub(crate) fn from_socket(client: Option<SocketAddr>, local: Option<SocketAddr>) -> Self {
+        ConnFacts {
+            client,
+            local,
+            tls: None,
+            alpn: None,
+            authority: None,
+            accepted_at: SystemTime::now(),
+            accepted: Instant::now(),
+        }
+    }
+}

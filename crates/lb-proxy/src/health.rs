@@ -1,0 +1,303 @@
+//! Health checks: one task per checked server decides whether it is up, as HAProxy does.
+//!
+//! A server that stops answering must stop getting new requests quickly, and one that comes back
+//! must get them again, without a person noticing. So each server with `check: true` has a task
+//! that probes it (a TCP connect, or an HTTP request whose status must match) every `interval`,
+//! with HAProxy's rise/fall counting: a checked server starts UP, `fall` consecutive failures
+//! bring it DOWN, `rise` consecutive successes bring it back UP (with the slowstart ramp).
+//!
+//! Detection is sped up two ways, also as HAProxy: after a failed check on an UP server (and a
+//! successful one on a DOWN server) the next checks run at the faster `interval / fall` (at
+//! least 100 ms) until the transition is confirmed or abandoned; and a failed connect on real
+//! traffic ([`ServerState::observe_connect`]) counts as one failure and triggers a check at once.
+//! Checks are jittered so that a big fleet is not checked in waves. State changes are logged at
+//! warn level in HAProxy's words, which existing log tooling knows.
+
+mod probe;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use lb_config::AdminState;
+use rand::Rng;
+
+use crate::backend::{BackendState, Backends, ServerState};
+use crate::shutdown::Shutdown;
+
+/// No two checks of a server closer than this, however often it is woken; also the floor of
+/// the fast interval.
+const MIN_GAP: Duration = Duration::from_millis(100);
+/// The floor of the configured interval, so that a zero interval cannot spin.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A check's outcome, named as HAProxy names them (its stats' `check_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum CheckStatus {
+    /// No check has completed yet.
+    #[default]
+    Init,
+    /// TCP connect succeeded.
+    L4Ok,
+    /// TCP connect timed out.
+    L4Timeout,
+    /// TCP connect failed (refused, unreachable …).
+    L4Con,
+    /// The HTTP response had the expected status.
+    L7Ok,
+    /// The HTTP response had another status.
+    L7Status,
+    /// No complete HTTP response head in time.
+    L7Timeout,
+    /// The HTTP exchange failed (connection closed, not HTTP …).
+    L7Response,
+}
+
+impl CheckStatus {
+    /// HAProxy's short name: `L4OK`, `L7STS` …
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Init => "INI",
+            CheckStatus::L4Ok => "L4OK",
+            CheckStatus::L4Timeout => "L4TOUT",
+            CheckStatus::L4Con => "L4CON",
+            CheckStatus::L7Ok => "L7OK",
+            CheckStatus::L7Status => "L7STS",
+            CheckStatus::L7Timeout => "L7TOUT",
+            CheckStatus::L7Response => "L7RSP",
+        }
+    }
+
+    /// HAProxy's description, the `reason` of its UP/DOWN log lines.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            CheckStatus::Init => "Initializing",
+            CheckStatus::L4Ok => "Layer4 check passed",
+            CheckStatus::L4Timeout => "Layer4 timeout",
+            CheckStatus::L4Con => "Layer4 connection problem",
+            CheckStatus::L7Ok => "Layer7 check passed",
+            CheckStatus::L7Status => "Layer7 wrong status",
+            CheckStatus::L7Timeout => "Layer7 timeout",
+            CheckStatus::L7Response => "Layer7 invalid response",
+        }
+    }
+
+    pub(crate) fn passed(self) -> bool {
+        matches!(self, CheckStatus::L4Ok | CheckStatus::L7Ok)
+    }
+}
+
+impl fmt::Display for CheckStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The last check of a server, kept on its [`ServerState`] for stats.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct CheckResult {
+    pub(crate) status: CheckStatus,
+    /// The HTTP status received (HTTP checks that got a response).
+    pub(crate) code: Option<u16>,
+    /// What went wrong (or the status's reason phrase), e.g. `Connection refused`.
+    pub(crate) info: Option<String>,
+    /// From the start of the connect to the outcome.
+    pub(crate) duration: Duration,
+    /// When the check ended; `None` before the first.
+    pub(crate) at: Option<SystemTime>,
+}
+
+/// Start one task per server with `check: true`: the backend's `health_check` settings,
+/// `timeouts.check` for connect + response. Tasks end when `shutdown.draining()` resolves.
+///
+/// Servers in Maint get a task too, which checks nothing until the server leaves Maint (the
+/// runtime API may do that later); then it checks at once.
+pub(crate) fn spawn_health_checks(backends: &Backends, shutdown: Shutdown) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::error!("health checks not started: not within a tokio runtime");
+        return;
+    };
+    for backend in backends.iter() {
+        for server in backend.servers().iter().filter(|s| s.config().check) {
+            runtime.spawn(check_loop(
+                Arc::clone(backend),
+                Arc::clone(server),
+                shutdown.clone(),
+            ));
+        }
+    }
+}
+
+/// HAProxy's rise/fall counting for one server.
+#[derive(Debug)]
+struct Counter {
+    rise: u32,
+    fall: u32,
+    /// Consecutive successes while DOWN.
+    successes: u32,
+    /// Consecutive failures while UP.
+    failures: u32,
+}
+
+impl Counter {
+    fn new(rise: u32, fall: u32) -> Counter {
+        Counter {
+            rise: rise.max(1),
+            fall: fall.max(1),
+            successes: 0,
+            failures: 0,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.successes = 0;
+        self.failures = 0;
+    }
+
+    /// Count a check on a server that is `up`, plus (when `up`) a failure seen on traffic since
+    /// the last check. Returns the new health when it changes.
+    fn record(&mut self, up: bool, passed: bool, observed_failure: bool) -> Option<bool> {
+        if up {
+            self.successes = 0;
+            if passed {
+                self.failures = 0;
+                return None;
+            }
+            self.failures += 1 + u32::from(observed_failure);
+            if self.failures >= self.fall {
+                self.reset();
+                return Some(false);
+            }
+        } else {
+            self.failures = 0;
+            if !passed {
+                self.successes = 0;
+                return None;
+            }
+            self.successes += 1;
+            if self.successes >= self.rise {
+                self.reset();
+                return Some(true);
+            }
+        }
+        None
+    }
+
+    /// Between UP and DOWN: the next checks run at the fast interval.
+    fn transitioning(&self) -> bool {
+        self.failures > 0 || self.successes > 0
+    }
+}
+
+/// One server's check task.
+async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut shutdown: Shutdown) {
+    let settings = &backend.config().health_check;
+    let timeout = backend.config().timeouts.check;
+    let interval = settings.interval.max(MIN_INTERVAL);
+    let mut counter = Counter::new(settings.rise, settings.fall);
+    let fast = (interval / counter.fall).max(MIN_GAP).min(interval);
+    let mut delay = random_below(interval);
+    let mut last_start: Option<Instant> = None;
+    loop {
+        if server.admin_state() == AdminState::Maint {
+            // Not checked in maintenance: wait to be told it left (or to stop).
+            tokio::select! {
+                () = shutdown.draining() => return,
+                () = server.woken() => {}
+            }
+            // Start afresh on leaving: nothing seen before counts.
+            counter.reset();
+            let _ = server.take_observed_failure();
+            delay = Duration::ZERO;
+            continue;
+        }
+        let woken = tokio::select! {
+            () = shutdown.draining() => return,
+            () = tokio::time::sleep(delay) => false,
+            () = server.woken() => true,
+        };
+        if woken {
+            if let Some(gap_end) = last_start.map(|t| t + MIN_GAP) {
+                tokio::select! {
+                    () = shutdown.draining() => return,
+                    () = tokio::time::sleep_until(gap_end.into()) => {}
+                }
+            }
+            if server.admin_state() == AdminState::Maint {
+                continue;
+            }
+        }
+        let observed = server.take_observed_failure();
+        last_start = Some(Instant::now());
+        let result = tokio::select! {
+            () = shutdown.draining() => return,
+            r = probe::run(&settings.kind, server.addr(), timeout) => r,
+        };
+        let up = server.is_up();
+        if let Some(now_up) = counter.record(up, result.status.passed(), observed) {
+            server.set_up(now_up, Instant::now());
+            log_transition(&backend, &server, now_up, &result);
+        }
+        server.record_check(result);
+        delay = jittered(if counter.transitioning() {
+            fast
+        } else {
+            interval
+        });
+    }
+}
+
+/// Log a health transition as HAProxy does (and, when no server is left, say so).
+fn log_transition(backend: &BackendState, server: &ServerState, up: bool, result: &CheckResult) {
+    let active = backend.active_servers();
+    tracing::warn!(
+        "{}",
+        transition_line(backend.name(), server.name(), up, result, active)
+    );
+    if !up && active == 0 {
+        tracing::error!("backend {} has no server available!", backend.name());
+    }
+}
+
+/// `Server b/s is DOWN, reason: …, info: "…", check duration: 3ms. 1 active servers left.`
+fn transition_line(
+    backend: &str,
+    server: &str,
+    up: bool,
+    result: &CheckResult,
+    active: usize,
+) -> String {
+    let mut line = format!(
+        "Server {backend}/{server} is {}, reason: {}",
+        if up { "UP" } else { "DOWN" },
+        result.status.reason()
+    );
+    if let Some(code) = result.code {
+        line.push_str(&format!(", code: {code}"));
+    }
+    if let Some(info) = &result.info {
+        line.push_str(&format!(", info: \"{info}\""));
+    }
+    line.push_str(&format!(
+        ", check duration: {}ms. {active} active servers {}.",
+        result.duration.as_millis(),
+        if up { "online" } else { "left" }
+    ));
+    line
+}
+
+/// A random duration in `[0, d)` (zero for zero).
+fn random_below(d: Duration) -> Duration {
+    let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(rand::rng().random_range(0..nanos))
+}
+
+/// `d` shortened by up to 10 %, so checks of many servers drift apart instead of lining up.
+fn jittered(d: Duration) -> Duration {
+    d.saturating_sub(random_below(d / 10))
+}

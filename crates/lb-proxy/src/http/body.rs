@@ -1,0 +1,206 @@
+//! The two bodies lb-proxy streams, frame by frame and never whole: the request body on its way
+//! to the server ([`RequestBody`]) and the response body on its way to the client
+//! ([`ResponseBody`]). Each enforces the inactivity timeout of the side it reads from; the
+//! response body also reports how the exchange ended, once, for the log and the connection state.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::time::{Instant, Sleep};
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How the client side of a request body ended badly, for the handler to classify a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientFailure {
+    TimedOut,
+    Aborted,
+}
+
+/// The client's request body, forwarded to the server.
+#[derive(Debug)]
+pub(crate) struct RequestBody {
+    inner: Incoming,
+    timeout: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+    failure: Arc<Mutex<Option<ClientFailure>>>,
+}
+
+impl RequestBody {
+    pub(crate) fn new(inner: Incoming, timeout: Duration) -> (Self, Arc<Mutex<Option<ClientFailure>>>) {
+        let failure = Arc::new(Mutex::new(None));
+        (RequestBody { inner, timeout, sleep: None, failure: failure.clone() }, failure)
+    }
+
+    fn fail(&self, why: ClientFailure) {
+        if let Ok(mut f) = self.failure.lock() {
+            f.get_or_insert(why);
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.sleep = None;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.fail(ClientFailure::Aborted);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let timeout = this.timeout;
+                let sleep = this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                if sleep.as_mut().poll(cx).is_ready() {
+                    this.fail(ClientFailure::TimedOut);
+                    return Poll::Ready(Some(Err("client timeout while sending the request body".into())));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// How a response body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyEnd {
+    /// Sent whole.
+    Complete,
+    /// The client went away (hyper dropped the body before its end).
+    ClientGone,
+    /// The server failed or closed early.
+    ServerError,
+    /// The server went silent for `timeouts.server`.
+    ServerTimeout,
+}
+
+/// Told once how the response body ended and how many body bytes were handed to the client.
+pub(crate) trait OnEnd: Send + Sync + 'static {
+    fn end(self: Box<Self>, how: BodyEnd, bytes: u64);
+}
+
+#[derive(Debug)]
+enum Source {
+    Full(Option<Bytes>),
+    Upstream { inner: Incoming, timeout: Duration, sleep: Pin<Box<Sleep>> },
+}
+
+/// A response body for the client: a fixed one (error pages) or the server's, streamed.
+pub(crate) struct ResponseBody {
+    source: Source,
+    bytes: u64,
+    on_end: Option<Box<dyn OnEnd>>,
+}
+
+impl std::fmt::Debug for ResponseBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseBody").field("source", &self.source).field("bytes", &self.bytes).finish()
+    }
+}
+
+impl ResponseBody {
+    pub(crate) fn full(bytes: Bytes, on_end: Box<dyn OnEnd>) -> Self {
+        ResponseBody { source: Source::Full(Some(bytes)), bytes: 0, on_end: Some(on_end) }
+    }
+
+    pub(crate) fn upstream(inner: Incoming, timeout: Duration, on_end: Box<dyn OnEnd>) -> Self {
+        let sleep = Box::pin(tokio::time::sleep(timeout));
+        ResponseBody { source: Source::Upstream { inner, timeout, sleep }, bytes: 0, on_end: Some(on_end) }
+    }
+
+    fn finish(&mut self, how: BodyEnd) {
+        if let Some(on_end) = self.on_end.take() {
+            on_end.end(how, self.bytes);
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        // hyper never polls a body that is empty from the start (HEAD, 204, 304).
+        let how = if self.is_end_stream() { BodyEnd::Complete } else { BodyEnd::ClientGone };
+        self.finish(how);
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = match &mut this.source {
+            Source::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Source::Upstream { inner, timeout, sleep } => match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    sleep.as_mut().reset(Instant::now() + *timeout);
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.finish(BodyEnd::ServerError);
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => {
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        this.finish(BodyEnd::ServerTimeout);
+                        return Poll::Ready(Some(Err("server timeout while sending the response body".into())));
+                    }
+                    Poll::Pending
+                }
+            },
+        };
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.bytes += data.len() as u64;
+                }
+                if this.is_end_stream() {
+                    this.finish(BodyEnd::Complete);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                this.finish(BodyEnd::Complete);
+                Poll::Ready(None)
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.source {
+            Source::Full(bytes) => bytes.is_none(),
+            Source::Upstream { inner, .. } => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.source {
+            Source::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
+            Source::Full(None) => SizeHint::with_exact(0),
+            Source::Upstream { inner, .. } => inner.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! One request: check it, route it, forward it on a server connection, stream the response back,
+//! and write its log line when the response has ended.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+
+use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
+use super::upstream::{acquire, fresh, Upstream};
+use super::{errors, headers, ConnCtx};
+use crate::backend::BackendState;
+use crate::connect::ConnectFailure;
+use crate::log::HttpLog;
+
+/// What the log line of one request needs, filled in as the request goes.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    pub(crate) ctx: Arc<ConnCtx>,
+    pub(crate) accept_date: SystemTime,
+    pub(crate) started: Instant,
+    pub(crate) tr: i64,
+    pub(crate) backend: Option<Arc<BackendState>>,
+    pub(crate) server: Option<String>,
+    pub(crate) tc: i64,
+    pub(crate) tresp: i64,
+    pub(crate) status: i32,
+    pub(crate) retries: u32,
+    pub(crate) termination: [u8; 2],
+    pub(crate) request_line: String,
+    pub(crate) upstream: Option<Upstream>,
+}
+
+impl Exchange {
+    pub(crate) fn log(&self, bytes: u64) {
+        let ctx = &self.ctx;
+        let backend = self.backend.as_deref();
+        let server = self.upstream.as_ref().map(|u| &u.server);
+        ctx.proxy.logger.http(&HttpLog {
+            facts: &ctx.facts,
+            accept_date: self.accept_date,
+            frontend: ctx.fe.name(),
+            backend: backend.map_or(ctx.fe.name(), |b| b.name()),
+            server: self.server.as_deref().unwrap_or("<NOSRV>"),
+            tr: self.tr,
+            tw: if self.server.is_some() { 0 } else { -1 },
+            tc: self.tc,
+            tresp: self.tresp,
+            ta: self.started.elapsed().as_millis() as i64,
+            status: self.status,
+            bytes_read: bytes,
+            termination: self.termination,
+            actconn: ctx.proxy.actconn(),
+            feconn: ctx.fe.feconn(),
+            beconn: backend.map_or(0, |b| b.current_conns()),
+            srv_conn: server.map_or(0, |s| s.current_conns()),
+            retries: self.retries,
+            srv_queue: 0,
+            backend_queue: 0,
+            request_line: &self.request_line,
+        });
+    }
+}
+
+impl OnEnd for Exchange {
+    fn end(mut self: Box<Self>, how: BodyEnd, bytes: u64) {
+        if self.termination == *b"--" {
+            self.termination = match how {
+                BodyEnd::Complete => *b"--",
+                BodyEnd::ClientGone => *b"CD",
+                BodyEnd::ServerError => *b"SD",
+                BodyEnd::ServerTimeout => *b"sD",
+            };
+        }
+        self.log(bytes);
+        let ctx = self.ctx.clone();
+        if let Some(up) = self.upstream.take() {
+            // Only a connection whose exchange ended cleanly may carry another request.
+            if how == BodyEnd::Complete && !up.sender.is_closed() {
+                match up.backend.config().http_reuse {
+                    lb_config::HttpReuse::Never => *lock(&ctx.pinned) = Some(up),
+                    lb_config::HttpReuse::Safe => ctx.proxy.pool.put(up.backend.name(), up.server.index(), up.sender),
+                }
+            }
+        }
+        ctx.activity.request_done();
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// hyper's service: every request gets a response, never an error (errors are our pages).
+pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
+    let (first_byte, accept_date) = ctx.activity.request_started();
+    let mut ex = Exchange {
+        ctx: ctx.clone(),
+        accept_date,
+        started: first_byte,
+        tr: first_byte.elapsed().as_millis() as i64,
+        backend: None,
+        server: None,
+        tc: -1,
+        tresp: -1,
+        status: -1,
+        retries: 0,
+        termination: *b"--",
+        request_line: format!("{} {} {:?}", req.method(), req.uri(), req.version()),
+        upstream: None,
+    };
+    if let Some(reason) = headers::smuggling_reason(&req) {
+        tracing::debug!(frontend = ctx.fe.name(), client = ?ctx.facts.client, "refused request: {reason}");
+        return Ok(error(ex, 400, *b"PR"));
+    }
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host());
+    let Some(backend) = ctx.fe.route(host, req.uri().path()).cloned() else {
+        return Ok(error(ex, 503, *b"SC"));
+    };
+    ex.backend = Some(backend.clone());
+    let retryable = is_idempotent(req.method()) && http_body::Body::is_end_stream(req.body());
+
+    let (mut parts, body) = req.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    if ctx.fe.config.forward_for {
+        headers::add_forwarded(&mut parts.headers, ctx.facts.client.map(|c| c.ip()), ctx.https);
+    }
+    parts.uri = origin_form(&parts.uri);
+    parts.version = Version::HTTP_11;
+    let (body, client_failure) = RequestBody::new(body, ctx.fe.config.timeouts.client);
+    let mut req = Request::from_parts(parts, body);
+
+    let pinned = lock(&ctx.pinned).take();
+    let mut up = match acquire(&backend, pinned, &ctx.proxy.pool, &mut ex.retries).await {
+        Ok(up) => up,
+        Err(failure) => return Ok(connect_failed(ex, failure)),
+    };
+    let timeout = backend.config().timeouts.server;
+    let response = loop {
+        ex.server = Some(up.server.name().to_owned());
+        ex.tc = up.connect_ms;
+        let sent = Instant::now();
+        let attempt = async {
+            up.sender.ready().await.map_err(|e| (e, None))?;
+            up.sender.try_send_request(req).await.map_err(|mut e| {
+                let unsent = e.take_message();
+                (e.into_error(), unsent)
+            })
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok(response)) => {
+                ex.tresp = sent.elapsed().as_millis() as i64;
+                break response;
+            }
+            Ok(Err((e, unsent))) => {
+                // A reused connection the server closed while idle: the request never left,
+                // so it goes on a new connection (HAProxy does the same for idempotent ones).
+                match (up.reused && retryable, unsent) {
+                    (true, Some(again)) => {
+                        req = again;
+                        up = match fresh(&backend, &mut ex.retries).await {
+                            Ok(up) => up,
+                            Err(failure) => return Ok(connect_failed(ex, failure)),
+                        };
+                    }
+                    _ => {
+                        tracing::debug!(backend = backend.name(), server = up.server.name(), "request failed: {e}");
+                        ex.upstream = Some(up);
+                        let failed = *lock(&client_failure);
+                        return Ok(match failed {
+                            Some(ClientFailure::TimedOut) => error(ex, 408, *b"cD"),
+                            Some(ClientFailure::Aborted) => error(ex, 400, *b"CD"),
+                            None => error(ex, 502, *b"SH"),
+                        });
+                    }
+                }
+            }
+            Err(_) => {
+                ex.upstream = Some(up);
+                return Ok(error(ex, 504, *b"sH"));
+            }
+        }
+    };
+
+    let (mut parts, body) = response.into_parts();
+    ex.status = i32::from(parts.status.as_u16());
+    headers::strip_hop_by_hop(&mut parts.headers);
+    if ctx.shutdown.is_draining() {
+        parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    ex.upstream = Some(up);
+    let body = ResponseBody::upstream(body, timeout, Box::new(ex));
+    Ok(Response::from_parts(parts, body))
+}
+
+/// A response lb-proxy writes itself; the exchange is logged when it has been sent.
+fn error(mut ex: Exchange, status: u16, termination: [u8; 2]) -> Response<ResponseBody> {
+    ex.status = i32::from(status);
+    ex.termination = termination;
+    // A pinned server connection that failed is not trusted again.
+    ex.upstream = ex.upstream.take().filter(|_| status < 500 && status != 408);
+    let (response, body) = errors::response(&ex.ctx.fe.config.error_pages, status);
+    let close = matches!(status, 400 | 408) || ex.ctx.shutdown.is_draining();
+    let (mut parts, ()) = response.into_parts();
+    if close {
+        parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    Response::from_parts(parts, ResponseBody::full(body, Box::new(ex)))
+}
+
+fn connect_failed(mut ex: Exchange, failure: ConnectFailure) -> Response<ResponseBody> {
+    match failure {
+        ConnectFailure::NoServer => error(ex, 503, *b"SC"),
+        ConnectFailure::Failed { server, timed_out, error: e } => {
+            tracing::debug!(server = server.as_str(), "connect failed: {e}");
+            ex.server = Some(server);
+            error(ex, 503, if timed_out { *b"sC" } else { *b"SC" })
+        }
+    }
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE)
+}
+
+/// Servers get the path and query only, whatever form the client used.
+fn origin_form(uri: &Uri) -> Uri {
+    uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()))
+}

@@ -1,0 +1,123 @@
+//! Server connections in HTTP mode.
+//!
+//! By default (`http_reuse: never`) a client connection keeps its own server connection, pinned
+//! for as long as both live and the server still takes its traffic: API servers may cache facts
+//! per connection (such as the forwarded address), so two clients never share one. With
+//! `http_reuse: safe`, idle server connections go to a pool shared by all client connections.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::body::RequestBody;
+use crate::backend::{BackendState, ServerLease, ServerState};
+use crate::connect::{connect, ConnectFailure};
+
+pub(crate) type Sender = SendRequest<RequestBody>;
+
+/// Idle connections kept per server at most; more are closed.
+const MAX_IDLE_PER_SERVER: usize = 64;
+
+/// A server connection ready for a request.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    pub(crate) sender: Sender,
+    pub(crate) server: Arc<ServerState>,
+    pub(crate) backend: Arc<BackendState>,
+    /// Counts this connection on its server while in use (and, when pinned, while idle).
+    pub(crate) _lease: ServerLease,
+    /// An existing connection: a failure before the request was taken may be retried on a new one.
+    pub(crate) reused: bool,
+    /// Connect time of a new connection, in ms (the log's Tc); 0 for a reused one.
+    pub(crate) connect_ms: i64,
+}
+
+/// Idle server connections of `http_reuse: safe` backends.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    idle: Mutex<HashMap<(String, usize), Vec<(Sender, Instant)>>>,
+}
+
+impl Pool {
+    fn take(&self, backend: &str, server: usize, max_idle: Duration) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(&(backend.to_owned(), server))?;
+        while let Some((sender, since)) = list.pop() {
+            if !sender.is_closed() && since.elapsed() < max_idle {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn put(&self, backend: &str, server: usize, sender: Sender) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry((backend.to_owned(), server)).or_default();
+        list.retain(|(s, _)| !s.is_closed());
+        if list.len() < MAX_IDLE_PER_SERVER {
+            list.push((sender, Instant::now()));
+        }
+    }
+}
+
+/// A server connection for a request to `backend`: the pinned one when it still may be used,
+/// else (for `safe`) an idle pooled one of the chosen server, else a new connection.
+pub(crate) async fn acquire(
+    backend: &Arc<BackendState>,
+    pinned: Option<Upstream>,
+    pool: &Pool,
+    retries: &mut u32,
+) -> Result<Upstream, ConnectFailure> {
+    if let Some(up) = pinned {
+        if Arc::ptr_eq(&up.backend, backend) && up.server.accepts_existing() && !up.sender.is_closed() {
+            return Ok(Upstream { reused: true, connect_ms: 0, ..up });
+        }
+    }
+    if backend.config().http_reuse == lb_config::HttpReuse::Safe {
+        if let Some(lease) = backend.pick(&[]) {
+            let server = lease.server().clone();
+            // Older than the server timeout, a pooled connection is likely closed by the server.
+            if let Some(sender) = pool.take(backend.name(), server.index(), backend.config().timeouts.server) {
+                return Ok(Upstream { sender, server, backend: backend.clone(), _lease: lease, reused: true, connect_ms: 0 });
+            }
+        }
+    }
+    fresh(backend, retries).await
+}
+
+/// A new connection, with the backend's retries and redispatch.
+pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Result<Upstream, ConnectFailure> {
+    let connected = connect(backend, retries).await?;
+    let server = connected.lease.server().clone();
+    match handshake(connected.stream).await {
+        Ok(sender) => Ok(Upstream {
+            sender,
+            server,
+            backend: backend.clone(),
+            _lease: connected.lease,
+            reused: false,
+            connect_ms: connected.connect_time.as_millis() as i64,
+        }),
+        Err(e) => Err(ConnectFailure::Failed {
+            server: server.name().to_owned(),
+            timed_out: false,
+            error: std::io::Error::other(e),
+        }),
+    }
+}
+
+async fn handshake(stream: TcpStream) -> Result<Sender, hyper::Error> {
+    let (sender, conn) = http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake(TokioIo::new(stream))
+        .await?;
+    tokio::spawn(async move {
+        // Ends when either side closes; errors are seen by the request that hit them.
+        let _ = conn.await;
+    });
+    Ok(sender)
+}

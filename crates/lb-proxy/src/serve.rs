@@ -1,0 +1,314 @@
+//! The running proxy: accept loops with connection limits, dispatch by mode, and the drain.
+//!
+//! Limits are enforced *before* `accept()`: a loop first takes a permit from the global and the
+//! frontend limit, and only then accepts. At a limit nothing is accepted, so new connections wait
+//! in the kernel's backlog instead of being accepted and reset.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lb_config::{Bind, Config, Frontend, Mode};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::task::TaskTracker;
+
+use crate::backend::{BackendState, Backends};
+use crate::facts::ConnFacts;
+use crate::http::Pool;
+use crate::listener::{ClientStream, Listener};
+use crate::log::Logger;
+use crate::proxy_protocol::read_proxy_header;
+use crate::shutdown::Shutdown;
+use crate::{health, Error, Listeners};
+
+/// Everything the connections of one serving process share.
+#[derive(Debug)]
+pub(crate) struct Proxy {
+    pub(crate) backends: Backends,
+    pub(crate) logger: Logger,
+    /// Idle server connections, for backends with `http_reuse: safe`.
+    pub(crate) pool: Pool,
+    /// Current client connections over all frontends (HAProxy's actconn).
+    actconn: AtomicUsize,
+    limit: Arc<Semaphore>,
+}
+
+/// One frontend's configuration, its routes resolved, and its live counters.
+#[derive(Debug)]
+pub(crate) struct FrontendState {
+    pub(crate) config: Frontend,
+    routes: Vec<(lb_config::Rule, Arc<BackendState>)>,
+    default_backend: Option<Arc<BackendState>>,
+    /// Current connections on this frontend (HAProxy's feconn).
+    feconn: AtomicUsize,
+    limit: Option<Arc<Semaphore>>,
+}
+
+impl Proxy {
+    pub(crate) fn actconn(&self) -> usize {
+        self.actconn.load(Ordering::Relaxed)
+    }
+}
+
+impl FrontendState {
+    fn new(config: &Frontend, backends: &Backends) -> Self {
+        // Validation guarantees every referenced backend exists; a missing one is skipped
+        // rather than trusted blindly.
+        let routes = config
+            .rules
+            .iter()
+            .filter_map(|rule| Some((rule.clone(), backends.get(&rule.backend)?.clone())))
+            .collect();
+        FrontendState {
+            config: config.clone(),
+            routes,
+            default_backend: config.default_backend.as_deref().and_then(|b| backends.get(b)).cloned(),
+            feconn: AtomicUsize::new(0),
+            limit: config.max_connections.map(|n| Arc::new(Semaphore::new(n))),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub(crate) fn feconn(&self) -> usize {
+        self.feconn.load(Ordering::Relaxed)
+    }
+
+    /// The backend for a request: the first rule that matches, else the default backend.
+    pub(crate) fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<BackendState>> {
+        let host = host.map(|h| strip_port(h));
+        self.routes
+            .iter()
+            .find(|(rule, _)| {
+                rule.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
+                    && rule.host.as_deref().is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
+            })
+            .map(|(_, backend)| backend)
+            .or(self.default_backend.as_ref())
+    }
+
+    /// The backend of a TCP-mode frontend.
+    pub(crate) fn default_backend(&self) -> Option<&Arc<BackendState>> {
+        self.default_backend.as_ref()
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+/// Held for the life of one client connection: its permits and its place in the counters.
+#[derive(Debug)]
+struct Admission {
+    proxy: Arc<Proxy>,
+    frontend: Arc<FrontendState>,
+    _permits: Permits,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.proxy.actconn.fetch_sub(1, Ordering::Relaxed);
+        self.frontend.feconn.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serve `config` on `listeners` until `shutdown` says to stop.
+///
+/// Every bind of every frontend must find its socket in `listeners` (by exact address); a
+/// missing one is an error before anything is served. Sockets that no frontend uses are closed.
+/// Once `shutdown` begins draining, the accept loops end and close their sockets, connections
+/// finish what they are doing, and `run` returns when the last one has ended (or at once on a
+/// hard stop).
+pub async fn run(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<(), Error> {
+    let logger = Logger::new(&config.global.log).map_err(|source| Error::Log { source })?;
+    let backends = Backends::new(&config);
+    let mut accepts = Vec::new();
+    let mut frontends = Vec::new();
+    for fe in &config.frontends {
+        let state = Arc::new(FrontendState::new(fe, &backends));
+        for bind in &fe.binds {
+            let listener = listeners
+                .take(&bind.address)
+                .ok_or_else(|| Error::MissingListener { frontend: fe.name.clone(), address: bind.address.clone() })?;
+            let listener = AsyncListener::from_std(listener)
+                .map_err(|source| Error::Listener { address: bind.address.clone(), source })?;
+            accepts.push((state.clone(), bind.clone(), listener));
+        }
+        frontends.push(state);
+    }
+    drop(listeners);
+
+    let proxy = Arc::new(Proxy {
+        backends,
+        logger,
+        pool: Pool::default(),
+        actconn: AtomicUsize::new(0),
+        limit: Arc::new(Semaphore::new(config.global.max_connections)),
+    });
+    health::spawn_health_checks(&proxy.backends, shutdown.clone());
+
+    let tracker = TaskTracker::new();
+    let loops: Vec<_> = accepts
+        .into_iter()
+        .map(|(fe, bind, listener)| {
+            tokio::spawn(accept_loop(proxy.clone(), fe, bind, listener, shutdown.clone(), tracker.clone()))
+        })
+        .collect();
+    for accept in loops {
+        let _ = accept.await;
+    }
+    tracker.close();
+    let mut stop = shutdown.clone();
+    tokio::select! {
+        _ = tracker.wait() => {}
+        _ = stop.stopped() => {}
+    }
+    Ok(())
+}
+
+/// A listening socket registered with tokio.
+#[derive(Debug)]
+enum AsyncListener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl AsyncListener {
+    fn from_std(listener: Listener) -> std::io::Result<Self> {
+        Ok(match listener {
+            Listener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                AsyncListener::Tcp(tokio::net::TcpListener::from_std(l)?)
+            }
+            Listener::Unix(l) => {
+                l.set_nonblocking(true)?;
+                AsyncListener::Unix(tokio::net::UnixListener::from_std(l)?)
+            }
+        })
+    }
+
+    async fn accept(&self) -> std::io::Result<(ClientStream, ConnFacts)> {
+        match self {
+            AsyncListener::Tcp(l) => {
+                let (stream, peer) = l.accept().await?;
+                // Requests and responses are written whole; Nagle would only add latency.
+                let _ = stream.set_nodelay(true);
+                let local = stream.local_addr().ok();
+                Ok((ClientStream::Tcp(stream), ConnFacts::from_socket(Some(peer), local)))
+            }
+            AsyncListener::Unix(l) => {
+                let (stream, _) = l.accept().await?;
+                Ok((ClientStream::Unix(stream), ConnFacts::from_socket(None, None)))
+            }
+        }
+    }
+}
+
+/// The permits for one more connection: taken before `accept()`, so that at a limit we do not
+/// accept at all.
+#[derive(Debug)]
+struct Permits {
+    _global: OwnedSemaphorePermit,
+    _frontend: Option<OwnedSemaphorePermit>,
+}
+
+async fn permits(proxy: &Proxy, fe: &FrontendState) -> Option<Permits> {
+    let global = proxy.limit.clone().acquire_owned().await.ok()?;
+    let frontend = match &fe.limit {
+        Some(limit) => Some(limit.clone().acquire_owned().await.ok()?),
+        None => None,
+    };
+    Some(Permits { _global: global, _frontend: frontend })
+}
+
+impl Admission {
+    /// Count an accepted connection; it is uncounted when the admission drops.
+    fn new(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, permits: Permits) -> Self {
+        proxy.actconn.fetch_add(1, Ordering::Relaxed);
+        fe.feconn.fetch_add(1, Ordering::Relaxed);
+        Admission { proxy: proxy.clone(), frontend: fe.clone(), _permits: permits }
+    }
+}
+
+async fn accept_loop(
+    proxy: Arc<Proxy>,
+    fe: Arc<FrontendState>,
+    bind: Bind,
+    listener: AsyncListener,
+    mut shutdown: Shutdown,
+    tracker: TaskTracker,
+) {
+    loop {
+        let permits = tokio::select! {
+            biased;
+            _ = shutdown.draining() => break,
+            p = permits(&proxy, &fe) => match p { Some(p) => p, None => break },
+        };
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.draining() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, facts)) => {
+                let admission = Admission::new(&proxy, &fe, permits);
+                tracker.spawn(handle(admission, bind.accept_proxy, stream, facts, shutdown.clone()));
+            }
+            Err(e) => {
+                drop(permits);
+                // Out of fds or memory: back off instead of spinning; the kernel keeps queueing.
+                tracing::warn!(frontend = fe.name(), address = %bind.address, "accept failed: {e}");
+                if is_resource_error(&e) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    // Dropping the listener closes this process's copy of the socket; never shutdown(): the
+    // socket may be shared with the next worker.
+}
+
+fn is_resource_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
+            || code == nix::libc::ENOBUFS || code == nix::libc::ENOMEM
+    )
+}
+
+async fn handle(admission: Admission, accept_proxy: bool, mut stream: ClientStream, mut facts: ConnFacts, shutdown: Shutdown) {
+    let fe = admission.frontend.clone();
+    let proxy = admission.proxy.clone();
+    if accept_proxy {
+        let wait = fe.config.timeouts.http_request.min(fe.config.timeouts.client);
+        match tokio::time::timeout(wait, read_proxy_header(&mut stream)).await {
+            Ok(Ok(header)) => {
+                if header.client.is_some() {
+                    facts.client = header.client;
+                    facts.local = header.local;
+                }
+                facts.tls = header.tls;
+                facts.alpn = header.alpn;
+                facts.authority = header.authority;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(frontend = fe.name(), client = ?facts.client, "closing connection: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(frontend = fe.name(), client = ?facts.client, "closing connection: no PROXY header within {wait:?}");
+                return;
+            }
+        }
+    }
+    match fe.config.mode {
+        Mode::Http => crate::http::serve(&proxy, &fe, stream, facts, shutdown).await,
+        Mode::Tcp => crate::tcp::serve(&proxy, &fe, stream, facts, shutdown).await,
+    }
+    drop(admission);
+}

@@ -1,0 +1,455 @@
+//! [`ProxyProcess`]: the real `lb-proxy` binary, started on a configuration the test wrote.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lb_config::{Config, ListenAddr};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::{bin_path, free_port, wait_until, wait_until_blocking, DEFAULT_WAIT};
+
+/// How long a start may take before the proxy is considered broken.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// After SIGTERM on drop, how long the proxy may drain before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How many times [`ProxyProcess::start_with`] picks new ports after a bind conflict.
+const START_TRIES: usize = 5;
+
+type Lines = Arc<Mutex<Vec<String>>>;
+
+/// A running `lb-proxy -f FILE`. Its stdout (the access log) and stderr (operational messages)
+/// are read line by line by background threads into shared lists. Dropping it stops the process
+/// (SIGTERM, then SIGKILL after a grace period); when the test is panicking, the captured lines
+/// are printed to help the diagnosis.
+pub struct ProxyProcess {
+    child: Child,
+    exit: Option<ExitStatus>,
+    /// Holds the configuration file; removed on drop.
+    dir: tempfile::TempDir,
+    config_path: PathBuf,
+    tcp_ports: Vec<u16>,
+    stdout: Lines,
+    stderr: Lines,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for ProxyProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyProcess")
+            .field("pid", &self.child.id())
+            .field("config", &self.config_path)
+            .field("ports", &self.tcp_ports)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a proxy did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The configuration does not load (the test wrote a bad one).
+    Config(String),
+    /// A listening address was taken by someone else between picking and binding it.
+    AddressInUse { stderr: String },
+    /// The process exited during start.
+    Exited { status: ExitStatus, stderr: String },
+    /// The process runs but did not listen on every frontend address in time.
+    NotListening { missing: String, stderr: String },
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "the test's configuration does not load:\n{e}"),
+            StartError::AddressInUse { stderr } => {
+                write!(f, "lb-proxy could not bind (address in use); stderr:\n{stderr}")
+            }
+            StartError::Exited { status, stderr } => {
+                write!(f, "lb-proxy exited during start ({status}); stderr:\n{stderr}")
+            }
+            StartError::NotListening { missing, stderr } => write!(
+                f,
+                "lb-proxy did not listen on {missing} within {START_TIMEOUT:?}; stderr:\n{stderr}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl ProxyProcess {
+    /// Starts lb-proxy on `yaml` and waits until it listens on every frontend address.
+    /// Panics when it cannot (see [`StartError`]); prefer [`ProxyProcess::start_with`], which
+    /// retries with fresh ports when a picked port was taken meanwhile.
+    pub fn start(yaml: &str) -> ProxyProcess {
+        ProxyProcess::try_start(yaml).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Picks `ports` free ports, builds the configuration with `yaml(&ports)` and starts it;
+    /// when lb-proxy reports an address in use, tries again with new ports (5 tries).
+    pub fn start_with(ports: usize, yaml: impl Fn(&[u16]) -> String) -> ProxyProcess {
+        let mut last = None;
+        for _ in 0..START_TRIES {
+            let picked: Vec<u16> = (0..ports).map(|_| free_port()).collect();
+            match ProxyProcess::try_start(&yaml(&picked)) {
+                Ok(proxy) => return proxy,
+                Err(e @ StartError::AddressInUse { .. }) => last = Some(e),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("{}", last.map_or_else(String::new, |e| e.to_string()));
+    }
+
+    /// Starts lb-proxy on `yaml`, written to `lb-proxy.yaml` in a temporary directory (relative
+    /// paths in it are taken from there), and waits until every frontend address listens.
+    pub fn try_start(yaml: &str) -> Result<ProxyProcess, StartError> {
+        let dir = tempfile::Builder::new()
+            .prefix("lb-proxy-test-")
+            .tempdir()
+            .map_err(|e| StartError::Config(format!("creating a temporary directory: {e}")))?;
+        let config_path = dir.path().join("lb-proxy.yaml");
+        std::fs::write(&config_path, yaml)
+            .map_err(|e| StartError::Config(format!("writing {}: {e}", config_path.display())))?;
+        let config = Config::load(&config_path).map_err(|e| StartError::Config(e.to_string()))?;
+        let mut tcp_ports = Vec::new();
+        let mut unix_paths = Vec::new();
+        for address in config.listen_addrs() {
+            match address {
+                ListenAddr::Tcp(a) => tcp_ports.push(a.port()),
+                ListenAddr::Unix(p) => unix_paths.push(p),
+            }
+        }
+
+        let mut child = Command::new(bin_path("lb-proxy"))
+            .arg("-f")
+            .arg(&config_path)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| StartError::Config(format!("spawning lb-proxy: {e}")))?;
+        let stdout: Lines = Arc::default();
+        let stderr: Lines = Arc::default();
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(read_lines(out, stdout.clone(), "lb-proxy-stdout"));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(read_lines(err, stderr.clone(), "lb-proxy-stderr"));
+        }
+        let mut proxy = ProxyProcess {
+            child,
+            exit: None,
+            dir,
+            config_path,
+            tcp_ports,
+            stdout,
+            stderr,
+            readers,
+        };
+
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = proxy.try_exit() {
+                // Let the reader threads take in everything the process wrote.
+                for reader in proxy.readers.drain(..) {
+                    let _ = reader.join();
+                }
+                let stderr = proxy.stderr().join("\n");
+                let lower = stderr.to_ascii_lowercase();
+                return Err(if lower.contains("address already in use") || lower.contains("os error 98") {
+                    StartError::AddressInUse { stderr }
+                } else {
+                    StartError::Exited { status, stderr }
+                });
+            }
+            let missing = proxy.missing_listeners(&unix_paths);
+            if missing.is_empty() {
+                return Ok(proxy);
+            }
+            if Instant::now() >= deadline {
+                let stderr = proxy.stderr().join("\n");
+                return Err(StartError::NotListening { missing: missing.join(", "), stderr });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The addresses lb-proxy should listen on but does not (yet), judged from `/proc`: a socket
+    /// in LISTEN state on the port (or path) whose inode is one of this process's fds.
+    fn missing_listeners(&self, unix_paths: &[PathBuf]) -> Vec<String> {
+        let inodes = socket_inodes(self.pid());
+        let tcp = listening_tcp_ports(&inodes);
+        let unix = listening_unix_paths(&inodes);
+        let mut missing: Vec<String> = self
+            .tcp_ports
+            .iter()
+            .filter(|p| !tcp.contains(p))
+            .map(|p| format!("port {p}"))
+            .collect();
+        missing.extend(
+            unix_paths
+                .iter()
+                .filter(|p| !unix.contains(p.as_path()))
+                .map(|p| format!("unix:{}", p.display())),
+        );
+        missing
+    }
+
+    /// The first TCP frontend port, in the order the configuration lists them.
+    pub fn port(&self) -> u16 {
+        *self.tcp_ports.first().expect("the configuration has no TCP bind")
+    }
+
+    /// `127.0.0.1:` + [`ProxyProcess::port`].
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port()))
+    }
+
+    /// Every TCP frontend port, in configuration order.
+    pub fn ports(&self) -> &[u16] {
+        &self.tcp_ports
+    }
+
+    /// The temporary directory holding the configuration file.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Every access-log line (stdout) so far.
+    pub fn access_log(&self) -> Vec<String> {
+        snapshot(&self.stdout)
+    }
+
+    /// Every stderr line so far.
+    pub fn stderr(&self) -> Vec<String> {
+        snapshot(&self.stderr)
+    }
+
+    /// Waits (10 s) for an access-log line matching `pred` and returns it; panics with the log
+    /// so far when none comes.
+    pub async fn wait_for_log(&self, pred: impl Fn(&str) -> bool) -> String {
+        match self.wait_for_log_within(DEFAULT_WAIT, pred).await {
+            Some(line) => line,
+            None => panic!(
+                "no matching access-log line within {DEFAULT_WAIT:?}; access log:\n{}\nstderr:\n{}",
+                self.access_log().join("\n"),
+                self.stderr().join("\n")
+            ),
+        }
+    }
+
+    /// An access-log line matching `pred` within `within`, or `None`.
+    pub async fn wait_for_log_within(&self, within: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let mut found = None;
+        wait_until(within, || {
+            found = lock(&self.stdout).iter().find(|l| pred(l)).cloned();
+            found.is_some()
+        })
+        .await;
+        found
+    }
+
+    /// Waits (10 s) for a stderr line matching `pred` and returns it; panics when none comes.
+    pub async fn wait_for_stderr(&self, pred: impl Fn(&str) -> bool) -> String {
+        let mut found = None;
+        wait_until(DEFAULT_WAIT, || {
+            found = lock(&self.stderr).iter().find(|l| pred(l)).cloned();
+            found.is_some()
+        })
+        .await;
+        found.unwrap_or_else(|| {
+            panic!("no matching stderr line within {DEFAULT_WAIT:?}; stderr:\n{}", self.stderr().join("\n"))
+        })
+    }
+
+    /// Waits (10 s) until the access log has at least `n` lines; returns them all.
+    pub async fn wait_for_log_lines(&self, n: usize) -> Vec<String> {
+        if !wait_until(DEFAULT_WAIT, || lock(&self.stdout).len() >= n).await {
+            panic!(
+                "expected at least {n} access-log lines within {DEFAULT_WAIT:?}, got {}:\n{}",
+                self.access_log().len(),
+                self.access_log().join("\n")
+            );
+        }
+        self.access_log()
+    }
+
+    /// Sends `signal` to the process.
+    pub fn kill_with(&self, signal: Signal) {
+        if self.exit.is_none() {
+            let _ = kill(Pid::from_raw(self.pid() as i32), signal);
+        }
+    }
+
+    /// The exit status, if the process has exited (reaps it).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().ok().flatten();
+        }
+        self.exit
+    }
+
+    /// Waits up to `within` for the process to exit.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(crate::POLL_EVERY).await;
+        }
+    }
+
+    /// The resident set size now (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        proc_status_kib(self.pid(), "VmRSS:")
+    }
+
+    /// The peak resident set size so far (`VmHWM`), in KiB: no sampling can miss a spike.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        proc_status_kib(self.pid(), "VmHWM:")
+    }
+
+    /// Stops the process now (SIGTERM, then SIGKILL after a grace) and returns its status.
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        if self.try_exit().is_none() {
+            self.kill_with(Signal::SIGTERM);
+            wait_until_blocking(STOP_GRACE, || self.child.try_wait().ok().flatten().is_some());
+            if self.try_exit().is_none() {
+                let _ = self.child.kill();
+                self.exit = self.child.wait().ok();
+            }
+        }
+        self.exit
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking() {
+            eprintln!("---- lb-proxy (pid {}) config {}:", self.pid(), self.config_path.display());
+            eprintln!("{}", std::fs::read_to_string(&self.config_path).unwrap_or_default());
+            eprintln!("---- lb-proxy stderr (last 60 lines):");
+            for line in tail(&self.stderr(), 60) {
+                eprintln!("{line}");
+            }
+            eprintln!("---- lb-proxy access log (last 60 lines):");
+            for line in tail(&self.access_log(), 60) {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+fn tail(lines: &[String], n: usize) -> &[String] {
+    &lines[lines.len().saturating_sub(n)..]
+}
+
+fn lock(lines: &Lines) -> std::sync::MutexGuard<'_, Vec<String>> {
+    lines.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn snapshot(lines: &Lines) -> Vec<String> {
+    lock(lines).clone()
+}
+
+fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let mut reader = BufReader::new(from);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        let line = String::from_utf8_lossy(&buf);
+                        let line = line.strip_suffix('\n').unwrap_or(&line);
+                        let line = line.strip_suffix('\r').unwrap_or(line);
+                        lock(&into).push(line.to_owned());
+                    }
+                }
+            }
+        })
+        .expect("spawning a log reader thread")
+}
+
+/// The inodes of the sockets process `pid` has open.
+fn socket_inodes(pid: u32) -> HashSet<u64> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return HashSet::new();
+    };
+    dir.filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_str()?;
+            target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// Ports in LISTEN state (`0A`) in /proc/net/tcp{,6} whose socket is one of `inodes`.
+fn listening_tcp_ports(inodes: &HashSet<u64>) -> HashSet<u16> {
+    let mut ports = HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
+                continue;
+            };
+            let listening_here = *state == "0A" && inode.parse().is_ok_and(|i: u64| inodes.contains(&i));
+            if let (true, Some(port)) = (listening_here, local.rsplit(':').next()) {
+                if let Ok(port) = u16::from_str_radix(port, 16) {
+                    ports.insert(port);
+                }
+            }
+        }
+    }
+    ports
+}
+
+/// Paths of listening Unix sockets in /proc/net/unix whose socket is one of `inodes`.
+fn listening_unix_paths(inodes: &HashSet<u64>) -> HashSet<PathBuf> {
+    const SO_ACCEPTCON: u32 = 0x0001_0000;
+    let Ok(text) = std::fs::read_to_string("/proc/net/unix") else {
+        return HashSet::new();
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
+            let inode: u64 = fields.get(6)?.parse().ok()?;
+            let path = fields.get(7)?;
+            (flags & SO_ACCEPTCON != 0 && inodes.contains(&inode)).then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}

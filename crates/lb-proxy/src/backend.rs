@@ -168,6 +168,7 @@ impl BackendState {
 
     /// Any server usable right now: admin state Ready, health up, effective weight above 0
     /// (whether it has room under its max_connections is not considered).
+    #[allow(dead_code, reason = "backend API, not used by every build of the crate yet")]
     pub(crate) fn has_usable_server(&self) -> bool {
         let now = Instant::now();
         self.servers.iter().any(|s| s.usable_weight(now).is_some())
@@ -200,6 +201,7 @@ impl ServerLease {
         &self.server
     }
 
+    #[allow(dead_code, reason = "backend API, not used by every build of the crate yet")]
     pub(crate) fn backend(&self) -> &Arc<BackendState> {
         &self.backend
     }

@@ -23,10 +23,8 @@ mod format;
 mod sink;
 #[cfg(test)]
 mod tests;
-// node-haproxy-log's strict regex against our lines: needs `regex` in lb-proxy's
-// [dev-dependencies]; declare it once that is there.
-// #[cfg(test)]
-// mod regex_tests;
+#[cfg(test)]
+mod regex_tests;
 
 use format::{Framing, Ident, Record};
 use sink::Sink;
@@ -146,22 +144,10 @@ impl Logger {
 }
 
 /// The machine's host name, for the syslog header.
-///
-/// nix's `gethostname` needs nix's `hostname` feature, which this workspace does not enable; the
-/// kernel's own file (Linux) and `uname -n` (any Unix, run once at start) say the same.
 fn machine_hostname() -> String {
-    let from_proc = || std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
-    let from_uname = || {
-        std::process::Command::new("uname")
-            .arg("-n")
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| String::from_utf8(out.stdout).ok())
-    };
-    from_proc()
-        .or_else(from_uname)
-        .map(|name| name.trim().to_owned())
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
         .filter(|name| !name.is_empty() && !name.contains(char::is_whitespace))
         .unwrap_or_else(|| "-".to_owned())
 }

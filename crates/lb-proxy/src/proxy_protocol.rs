@@ -219,6 +219,16 @@ fn v1_min_rest(buf: &[u8]) -> usize {
 }
 
 fn parse_v1(bytes: &[u8]) -> Result<ProxyHeader, ProxyError> {
+    // One line, ending in its only CRLF (ppp takes a bare LF after `UNKNOWN`).
+    if bytes.len() > V1_MAX_LEN {
+        return Err(ProxyError::MalformedV1(format!("longer than {V1_MAX_LEN} bytes")));
+    }
+    let Some(line) = bytes.strip_suffix(b"\r\n") else {
+        return Err(ProxyError::MalformedV1("does not end in CRLF".to_owned()));
+    };
+    if line.iter().any(|&b| b == b'\r' || b == b'\n') {
+        return Err(ProxyError::MalformedV1("CR or LF before the end of the line".to_owned()));
+    }
     let header = v1::Header::try_from(bytes).map_err(|e| ProxyError::MalformedV1(reason(&e)))?;
     if header.header.len() != bytes.len() {
         return Err(ProxyError::MalformedV1(format!(

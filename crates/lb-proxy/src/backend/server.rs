@@ -122,6 +122,7 @@ impl ServerState {
 
     /// Change the admin state. Back to Ready from Drain or Maint starts the slowstart ramp;
     /// the health-check task is woken (it stops checking in Maint and checks at once after).
+    #[allow(dead_code, reason = "for the runtime API (set server state)")]
     pub(crate) fn set_admin_state(&self, s: AdminState) {
         let old = decode(self.admin.swap(encode(s), Ordering::AcqRel));
         if old != s {
@@ -138,6 +139,7 @@ impl ServerState {
     }
 
     /// Set the weight (at most 256).
+    #[allow(dead_code, reason = "for the runtime API (set server weight)")]
     pub(crate) fn set_weight(&self, w: u32) {
         self.weight.store(w.min(MAX_WEIGHT), Ordering::Release);
     }
@@ -178,6 +180,7 @@ impl ServerState {
     }
 
     /// The last health check's outcome (`Init` status before the first).
+    #[allow(dead_code, reason = "for stats (show stat)")]
     pub(crate) fn last_check(&self) -> CheckResult {
         lock(&self.last_check).clone()
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, Uri, Version};
+use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 
 use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
@@ -121,7 +121,6 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         return Ok(error(ex, 503, *b"SC"));
     };
     ex.backend = Some(backend.clone());
-    let retryable = is_idempotent(req.method()) && http_body::Body::is_end_stream(req.body());
 
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
@@ -144,7 +143,9 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         ex.tc = up.connect_ms;
         let sent = Instant::now();
         let attempt = async {
-            up.sender.ready().await.map_err(|e| (e, None))?;
+            if let Err(e) = up.sender.ready().await {
+                return Err((e, Some(req)));
+            }
             up.sender.try_send_request(req).await.map_err(|mut e| {
                 let unsent = e.take_message();
                 (e.into_error(), unsent)
@@ -156,9 +157,9 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
                 break response;
             }
             Ok(Err((e, unsent))) => {
-                // A reused connection the server closed while idle: the request never left,
-                // so it goes on a new connection (HAProxy does the same for idempotent ones).
-                match (up.reused && retryable, unsent) {
+                // A reused connection the server closed while idle: when the request never
+                // left, it goes on a new connection.
+                match (up.reused, unsent) {
                     (true, Some(again)) => {
                         req = again;
                         up = match fresh(&backend, &mut ex.retries).await {
@@ -220,10 +221,6 @@ fn connect_failed(mut ex: Exchange, failure: ConnectFailure) -> Response<Respons
             error(ex, 503, if timed_out { *b"sC" } else { *b"SC" })
         }
     }
-}
-
-fn is_idempotent(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE)
 }
 
 /// Servers get the path and query only, whatever form the client used.

@@ -157,6 +157,10 @@ fn malformed_rejected() {
         b"PROXY TCP4 1.2.3.4 1.2.3.4 1 1\r\nextra",
         b"PROXY  TCP4 1.2.3.4 1.2.3.4 1 1\r\n",
         b"PROXY TCP4 1.2.3.4 1.2.3.4 1 1 \r\n",
+        // Found by the fuzzer: ppp takes a bare LF after UNKNOWN, and anything after it.
+        b"PROXY UNKNOWN UNKNOWN \n \nQUI2",
+        b"PROXY UNKNOWN UNKNOWN \n",
+        b"PROXY UNKNOWN\r\r\n",
     ];
     for bytes in v1_bad {
         assert!(matches!(parse(bytes), Err(ProxyError::MalformedV1(_))), "{:?}", bytes.escape_ascii().to_string());

@@ -263,3 +263,99 @@ async fn request_bodies_are_forwarded_with_content_length_and_chunked() {
     let echo: serde_json::Value = serde_json::from_slice(&r.body).expect("echo JSON");
     assert_eq!(echo["body"], "hello world");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_reuse_safe_shares_idle_server_connections_between_clients() {
+    let s1 = TestServer::start("s1");
+    let addr = s1.addr();
+    let proxy = ProxyProcess::start_with(1, move |ports| {
+        format!(
+            r#"frontends:
+  - name: fe
+    bind: ["127.0.0.1:{fe}"]
+    default_backend: be
+backends:
+  - name: be
+    http_reuse: safe
+    servers: [ {{ name: s1, address: "{addr}" }} ]
+"#,
+            fe = ports[0]
+        )
+    });
+    // One client connection after another: the second finds the first's server connection idle
+    // in the pool and uses it.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = client::get(proxy.addr(), "/echo").await.expect("GET");
+        assert_eq!(r.status, 200);
+        ids.push(r.json()["connection"].as_u64().expect("connection id"));
+    }
+    assert_eq!(s1.connections(), 1, "three client connections in turn used one pooled server connection: {ids:?}");
+
+    // The server closes its idle connections (a restart): the next request is not lost, it goes
+    // on a new connection.
+    s1.restart();
+    let r = client::get(proxy.addr(), "/after-restart").await.expect("GET after the server closed the pooled connection");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_bind_serves_http() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s1 = TestServer::start("s1");
+    let addr = s1.addr();
+    let proxy = ProxyProcess::start(&format!(
+        r#"frontends:
+  - name: fe
+    bind: ["unix:fe.sock"]
+    default_backend: be
+backends:
+  - name: be
+    servers: [ {{ name: s1, address: "{addr}" }} ]
+"#
+    ));
+    // A relative socket path is taken from the configuration file's directory.
+    let path = proxy.dir().join("fe.sock");
+    let mut stream = tokio::net::UnixStream::connect(&path).await.expect("connect to the Unix socket bind");
+    stream.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("send");
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response))
+        .await
+        .expect("response within 10 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.contains("\"path\":\"/echo\""), "{text}");
+    let line = proxy.wait_for_log(|l| l.contains("GET /echo")).await;
+    let parsed = lb_testkit::log::HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
+    assert_eq!(parsed.client_ip, None, "a Unix-socket client is logged as unix:<id>: {line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_response_has_no_body_and_the_connection_stays_usable() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, one_backend(&[&s1], ""));
+    let mut conn = Connection::open(proxy.addr()).await.expect("connect");
+    let head = client::request(Method::HEAD, proxy.addr(), "/bytes?n=1000", client::empty());
+    let r = conn.send(head).await.expect("HEAD");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("1000"), "HEAD keeps the length of the body it does not send");
+    assert!(r.body.is_empty());
+    let r = conn.get("/after-head").await.expect("a GET on the same connection after a HEAD");
+    assert_eq!((r.status, r.text().as_str()), (200, "s1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_gets_an_interim_response_then_the_body_is_forwarded() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, one_backend(&[&s1], ""));
+    let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+    conn.send(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        .await
+        .expect("send the head");
+    let interim = conn.read_response(Duration::from_secs(5)).await.expect("a 100 Continue before the body is sent");
+    assert_eq!(interim.status, 100);
+    conn.send(b"hello").await.expect("send the body");
+    let r = conn.read_response(Duration::from_secs(10)).await.expect("the final response");
+    assert_eq!((r.status, r.text().as_str()), (200, "5"));
+}

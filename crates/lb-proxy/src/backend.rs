@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::Notify;
+
 use lb_config::Balance;
 
 use balance::SmoothRoundRobin;
@@ -71,6 +73,19 @@ pub(crate) struct BackendState {
     last_pick: AtomicUsize,
     /// Smooth weighted round robin's per-server current weights.
     round_robin: SmoothRoundRobin,
+    /// Connections waiting for a server below its max_connections (HAProxy's backend queue).
+    queued: AtomicUsize,
+    /// Woken when a lease is released while connections are queued.
+    slot_freed: Notify,
+}
+
+/// Why [`BackendState::pick_queued`] found no server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PickFailure {
+    /// No server is usable at all (down, maintenance, draining, weight 0).
+    NoServer,
+    /// Usable servers stayed at their max_connections for the whole queue timeout.
+    QueueTimeout,
 }
 
 impl fmt::Debug for BackendState {
@@ -99,6 +114,8 @@ impl BackendState {
             conns: AtomicUsize::new(0),
             last_pick: AtomicUsize::new(usize::MAX),
             round_robin,
+            queued: AtomicUsize::new(0),
+            slot_freed: Notify::new(),
         }
     }
 
@@ -161,6 +178,40 @@ impl BackendState {
         None
     }
 
+    /// [`pick`](Self::pick), but when every usable server is at its max_connections, wait in
+    /// the backend's queue for a slot, up to `timeout`, as HAProxy's `maxconn` does.
+    pub(crate) async fn pick_queued(
+        self: &Arc<Self>,
+        avoid: &[usize],
+        timeout: std::time::Duration,
+    ) -> Result<ServerLease, PickFailure> {
+        if let Some(lease) = self.pick(avoid) {
+            return Ok(lease);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Counted in the queue before listening, so that every release from now on wakes us.
+        let _slot = QueueSlot::new(&self.queued);
+        loop {
+            let freed = self.slot_freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(lease) = self.pick(avoid) {
+                return Ok(lease);
+            }
+            if !self.has_usable_server() {
+                return Err(PickFailure::NoServer);
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(PickFailure::QueueTimeout);
+            }
+        }
+    }
+
+    /// Connections waiting in this backend's queue now.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
     /// Current connections held through leases on all its servers (HAProxy's beconn).
     pub(crate) fn current_conns(&self) -> usize {
         self.conns.load(Ordering::Acquire)
@@ -168,7 +219,6 @@ impl BackendState {
 
     /// Any server usable right now: admin state Ready, health up, effective weight above 0
     /// (whether it has room under its max_connections is not considered).
-    #[allow(dead_code, reason = "backend API, not used by every build of the crate yet")]
     pub(crate) fn has_usable_server(&self) -> bool {
         let now = Instant::now();
         self.servers.iter().any(|s| s.usable_weight(now).is_some())
@@ -211,5 +261,24 @@ impl Drop for ServerLease {
     fn drop(&mut self) {
         self.server.release();
         self.backend.conns.fetch_sub(1, Ordering::AcqRel);
+        if self.backend.queued.load(Ordering::Relaxed) > 0 {
+            self.backend.slot_freed.notify_waiters();
+        }
+    }
+}
+
+/// Counts one connection in a backend's queue while it lives.
+struct QueueSlot<'a>(&'a AtomicUsize);
+
+impl<'a> QueueSlot<'a> {
+    fn new(queued: &'a AtomicUsize) -> Self {
+        queued.fetch_add(1, Ordering::Relaxed);
+        QueueSlot(queued)
+    }
+}
+
+impl Drop for QueueSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

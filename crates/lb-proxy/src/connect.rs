@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::backend::{BackendState, ServerLease};
+use crate::backend::{BackendState, PickFailure, ServerLease};
 
 /// A connected server socket and the lease that counts it.
 #[derive(Debug)]
@@ -17,13 +17,17 @@ pub(crate) struct Connected {
     pub(crate) lease: ServerLease,
     /// Time spent connecting on the successful attempt (the log's Tc).
     pub(crate) connect_time: Duration,
+    /// Time spent waiting in the backend's queue for a server slot (the log's Tw).
+    pub(crate) queue_time: Duration,
 }
 
 /// Why no connection could be made.
 #[derive(Debug)]
 pub(crate) enum ConnectFailure {
-    /// No server is usable (all down, in maintenance, or full): 503 with `<NOSRV>`.
+    /// No server is usable (all down, in maintenance, draining): 503 with `<NOSRV>`.
     NoServer,
+    /// Every usable server stayed at its max_connections for `timeouts.connect`: 503.
+    QueueTimeout,
     /// Every attempt failed; the last one's server and cause.
     Failed { server: String, timed_out: bool, error: io::Error },
 }
@@ -32,7 +36,13 @@ pub(crate) enum ConnectFailure {
 pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> Result<Connected, ConnectFailure> {
     let config = backend.config();
     let mut avoid: Vec<usize> = Vec::new();
-    let mut lease = backend.pick(&avoid).ok_or(ConnectFailure::NoServer)?;
+    let queued = Instant::now();
+    // HAProxy's `timeout queue` defaults to `timeout connect`; we do the same.
+    let mut lease = backend.pick_queued(&avoid, config.timeouts.connect).await.map_err(|f| match f {
+        PickFailure::NoServer => ConnectFailure::NoServer,
+        PickFailure::QueueTimeout => ConnectFailure::QueueTimeout,
+    })?;
+    let queue_time = queued.elapsed();
     loop {
         let server = lease.server().clone();
         let started = Instant::now();
@@ -45,7 +55,7 @@ pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> R
             Ok(stream) => {
                 server.observe_connect(true);
                 let _ = stream.set_nodelay(true);
-                return Ok(Connected { stream, lease, connect_time: started.elapsed() });
+                return Ok(Connected { stream, lease, connect_time: started.elapsed(), queue_time });
             }
             Err((timed_out, error)) => {
                 server.observe_connect(false);

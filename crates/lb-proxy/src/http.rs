@@ -48,7 +48,7 @@ pub(crate) struct ConnCtx {
 
 pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
     let timeouts = fe.config.timeouts;
-    let activity = Activity::new(Instant::now());
+    let activity = Activity::new(Instant::now(), fe.config.max_header_size.max(MIN_HEADER_BUFFER));
     let ctx = Arc::new(ConnCtx {
         proxy: proxy.clone(),
         fe: fe.clone(),
@@ -134,6 +134,7 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
         tr: -1,
         backend: None,
         server: None,
+        tw: -1,
         tc: -1,
         tresp: -1,
         status: i32::from(status),

@@ -33,12 +33,14 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, client: C
         accept_date,
         backend: backend.name(),
         server: "<NOSRV>".to_owned(),
+        tw: -1,
         tc: -1,
         bytes: 0,
         termination: *b"--",
         retries: 0,
         beconn: 0,
         srv_conn: 0,
+        backend_queue: 0,
     };
     let connected = match connect(backend, &mut retries).await {
         Ok(c) => c,
@@ -46,6 +48,7 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, client: C
             log.retries = retries;
             log.termination = match failure {
                 ConnectFailure::NoServer => *b"SC",
+                ConnectFailure::QueueTimeout => *b"sQ",
                 ConnectFailure::Failed { server, timed_out, .. } => {
                     log.server = server;
                     if timed_out { *b"sC" } else { *b"SC" }
@@ -57,9 +60,11 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, client: C
     };
     log.server = connected.lease.server().name().to_owned();
     log.tc = connected.connect_time.as_millis() as i64;
+    log.tw = connected.queue_time.as_millis() as i64;
     log.retries = retries;
     log.beconn = backend.current_conns();
     log.srv_conn = connected.lease.server().current_conns();
+    log.backend_queue = backend.queued();
 
     let idle_limit = fe.config.timeouts.client.max(backend.config().timeouts.server);
     let activity = Arc::new(Activity::new());
@@ -98,12 +103,14 @@ struct Pending<'a> {
     accept_date: SystemTime,
     backend: &'a str,
     server: String,
+    tw: i64,
     tc: i64,
     bytes: u64,
     termination: [u8; 2],
     retries: u32,
     beconn: usize,
     srv_conn: usize,
+    backend_queue: usize,
 }
 
 impl Pending<'_> {
@@ -114,7 +121,7 @@ impl Pending<'_> {
             frontend: self.fe.name(),
             backend: self.backend,
             server: &self.server,
-            tw: 0,
+            tw: self.tw,
             tc: self.tc,
             tt: started.elapsed().as_millis() as i64,
             bytes_read: self.bytes,
@@ -125,7 +132,7 @@ impl Pending<'_> {
             srv_conn: self.srv_conn,
             retries: self.retries,
             srv_queue: 0,
-            backend_queue: 0,
+            backend_queue: self.backend_queue,
         });
     }
 }

@@ -5,6 +5,7 @@
 //! Main types and functions:
 //! - [`ProxyProcess`]: a running `lb-proxy -f FILE` with its access log (stdout) and operational
 //!   messages (stderr) captured line by line; killed (SIGTERM, then SIGKILL) on drop.
+//!   [`run_lb_proxy`] runs it to completion instead (`-c`, or a start that must fail).
 //! - [`TestServer`]: a sample API server (hyper) answering with its own name, with `/ping`,
 //!   `/echo`, `/slow`, `/bytes` and `/upload`; it can be stopped and restarted on its port.
 //! - [`TcpEchoServer`] and [`Blackhole`]: a TCP echo server for TCP mode, and a listener whose
@@ -19,7 +20,8 @@
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
 //!
 //! # Layout
-//! - `proxy`: [`ProxyProcess`] (spawn, readiness through `/proc`, log capture, signals, RSS).
+//! - `proxy`: [`ProxyProcess`] (spawn, readiness through `/proc`, log capture, signals, RSS) and
+//!   [`run_lb_proxy`].
 //! - `server`: [`TestServer`] on a runtime of its own, so that a test's blocking calls never stall it.
 //! - `tcp`: [`TcpEchoServer`], [`Blackhole`].
 //! - `client`, `raw`: the HTTP client and the raw-socket client.
@@ -40,7 +42,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use proxy::{ProxyProcess, StartError};
+pub use proxy::{run_lb_proxy, ProxyProcess, StartError};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
 /// Signals for [`ProxyProcess::kill_with`].

@@ -16,21 +16,34 @@ use regex::Regex;
 /// The header in front of every stdout line: RFC 3339 time with milliseconds, host, tag, pid.
 pub const LINE_HEADER: &str = r"(?P<log_date>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}(?:Z|[+-]\d{2}:\d{2})) (?P<host>[^ ]+) (?P<tag>[^ \[\]]+)\[(?P<pid>\d+)\]: ";
 
+/// The RFC 3164 header of a syslog datagram: `<PRI>Mmm dd HH:MM:SS host tag[pid]: `, the day
+/// padded with a space; the host may be left out (as glibc's `syslog()` does for the local
+/// socket, whose daemon adds it).
+pub const SYSLOG_HEADER: &str = r"<(?P<pri>\d{1,3})>(?P<log_date>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 1-3]\d \d{2}:\d{2}:\d{2}) (?:(?P<host>[^ ]+) )?(?P<tag>[^ \[\]]+)\[(?P<pid>\d+)\]: ";
+
 /// Client address, accept date, frontend, backend/server: the start shared by both formats.
 const COMMON: &str = r"(?:(?P<client_ip>[0-9a-fA-F:.]+):(?P<client_port>\d{1,5})|unix:\d+) \[(?P<accept_date>\d{2}/(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)/\d{4}:\d{2}:\d{2}:\d{2}\.\d{3})\] (?P<frontend>[^ ~]+)~? (?P<backend>[^ /]+)/(?P<server>[^ ]+) ";
 
 /// The four characters of an httplog termination state: cause, state, two cookie flags.
 const TERMINATION_HTTP: &str = r"(?P<termination>[-CSPLRIDKUcs][-RQCHDLT][-NIDVEO][-NPDKUIR])";
 
-/// The full httplog line (header included).
+/// The httplog message, after the header.
+fn httplog_message() -> String {
+    format!(
+        r#"{COMMON}(?P<tr>-1|\d+)/(?P<tw>-1|\d+)/(?P<tc>-1|\d+)/(?P<tresp>-1|\d+)/(?P<ta>\d+) (?P<status>-1|[1-5]\d\d) (?P<bytes>\d+) - - {TERMINATION_HTTP} (?P<actconn>\d+)/(?P<feconn>\d+)/(?P<beconn>\d+)/(?P<srv_conn>\d+)/(?P<retries>\d+) (?P<srv_queue>\d+)/(?P<backend_queue>\d+) "(?P<request>[^"]*)"$"#
+    )
+}
+
+/// The full httplog line as written to stdout (header included).
 pub fn httplog_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        let pattern = format!(
-            r#"^{LINE_HEADER}{COMMON}(?P<tr>-1|\d+)/(?P<tw>-1|\d+)/(?P<tc>-1|\d+)/(?P<tresp>-1|\d+)/(?P<ta>\d+) (?P<status>-1|[1-5]\d\d) (?P<bytes>\d+) - - {TERMINATION_HTTP} (?P<actconn>\d+)/(?P<feconn>\d+)/(?P<beconn>\d+)/(?P<srv_conn>\d+)/(?P<retries>\d+) (?P<srv_queue>\d+)/(?P<backend_queue>\d+) "(?P<request>[^"]*)"$"#
-        );
-        Regex::new(&pattern).expect("the httplog regex compiles")
-    })
+    RE.get_or_init(|| Regex::new(&format!("^{LINE_HEADER}{}", httplog_message())).expect("the httplog regex compiles"))
+}
+
+/// The full httplog syslog datagram (RFC 3164 header included).
+pub fn httplog_syslog_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(&format!("^{SYSLOG_HEADER}{}", httplog_message())).expect("the httplog regex compiles"))
 }
 
 /// The full tcplog line (header included).
@@ -103,34 +116,42 @@ fn text(caps: &regex::Captures<'_>, name: &str) -> String {
 }
 
 impl HttpLogLine {
-    /// Parses `line` strictly; `None` when it is not an httplog line.
+    /// Parses a stdout `line` strictly; `None` when it is not an httplog line.
     pub fn parse(line: &str) -> Option<HttpLogLine> {
-        let c = httplog_regex().captures(line)?;
+        Self::from_captures(&httplog_regex().captures(line)?)
+    }
+
+    /// Parses a syslog datagram strictly; `None` when it is not an httplog message.
+    pub fn parse_syslog(datagram: &str) -> Option<HttpLogLine> {
+        Self::from_captures(&httplog_syslog_regex().captures(datagram)?)
+    }
+
+    fn from_captures(c: &regex::Captures<'_>) -> Option<HttpLogLine> {
         Some(HttpLogLine {
-            tag: text(&c, "tag"),
-            pid: num(&c, "pid")?,
+            tag: text(c, "tag"),
+            pid: num(c, "pid")?,
             client_ip: c.name("client_ip").map(|m| m.as_str().to_owned()),
             client_port: c.name("client_port").and_then(|m| m.as_str().parse().ok()),
-            accept_date: text(&c, "accept_date"),
-            frontend: text(&c, "frontend"),
-            backend: text(&c, "backend"),
-            server: text(&c, "server"),
-            tr: num(&c, "tr")?,
-            tw: num(&c, "tw")?,
-            tc: num(&c, "tc")?,
-            tresp: num(&c, "tresp")?,
-            ta: num(&c, "ta")?,
-            status: num(&c, "status")?,
-            bytes: num(&c, "bytes")?,
-            termination: text(&c, "termination"),
-            actconn: num(&c, "actconn")?,
-            feconn: num(&c, "feconn")?,
-            beconn: num(&c, "beconn")?,
-            srv_conn: num(&c, "srv_conn")?,
-            retries: num(&c, "retries")?,
-            srv_queue: num(&c, "srv_queue")?,
-            backend_queue: num(&c, "backend_queue")?,
-            request: text(&c, "request"),
+            accept_date: text(c, "accept_date"),
+            frontend: text(c, "frontend"),
+            backend: text(c, "backend"),
+            server: text(c, "server"),
+            tr: num(c, "tr")?,
+            tw: num(c, "tw")?,
+            tc: num(c, "tc")?,
+            tresp: num(c, "tresp")?,
+            ta: num(c, "ta")?,
+            status: num(c, "status")?,
+            bytes: num(c, "bytes")?,
+            termination: text(c, "termination"),
+            actconn: num(c, "actconn")?,
+            feconn: num(c, "feconn")?,
+            beconn: num(c, "beconn")?,
+            srv_conn: num(c, "srv_conn")?,
+            retries: num(c, "retries")?,
+            srv_queue: num(c, "srv_queue")?,
+            backend_queue: num(c, "backend_queue")?,
+            request: text(c, "request"),
         })
     }
 
@@ -191,5 +212,9 @@ mod tests {
         // No header, or a junk termination state: not httplog.
         assert!(HttpLogLine::parse(&http[http.find("10.0.1.2").unwrap_or(0)..]).is_none());
         assert!(HttpLogLine::parse(&http.replace("----", "XX--")).is_none());
+        let syslog = "<134>Feb  6 12:14:14 lb1 haproxy[14389]: 10.0.1.2:33317 [06/Feb/2009:12:14:14.655] \
+            http-in static/srv1 10/0/30/69/109 200 2750 - - ---- 1/1/1/1/0 0/0 \"GET / HTTP/1.1\"";
+        assert!(HttpLogLine::parse_syslog(syslog).is_some());
+        assert!(HttpLogLine::parse(syslog).is_none());
     }
 }

@@ -344,6 +344,43 @@ impl ProxyProcess {
     }
 }
 
+/// Runs `lb-proxy ARGS` in `dir` to completion (for `-c`, or a start expected to fail) and
+/// returns its output; kills it and panics if it is still running after `within`.
+pub fn run_lb_proxy(args: &[&str], dir: &Path, within: Duration) -> std::process::Output {
+    let mut child = Command::new(bin_path("lb-proxy"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning lb-proxy");
+    let out: Lines = Arc::default();
+    let err: Lines = Arc::default();
+    let readers = [
+        child.stdout.take().map(|o| read_lines(o, out.clone(), "lb-proxy-stdout")),
+        child.stderr.take().map(|e| read_lines(e, err.clone(), "lb-proxy-stderr")),
+    ];
+    let exited = wait_until_blocking(within, || child.try_wait().ok().flatten().is_some());
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("`lb-proxy {}` still running after {within:?}; stderr:\n{}", args.join(" "), snapshot(&err).join("\n"));
+    }
+    let status = child.wait().expect("exit status");
+    for reader in readers.into_iter().flatten() {
+        let _ = reader.join();
+    }
+    let join = |lines: &Lines| {
+        let mut text = snapshot(lines).join("\n");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.into_bytes()
+    };
+    std::process::Output { status, stdout: join(&out), stderr: join(&err) }
+}
+
 impl Drop for ProxyProcess {
     fn drop(&mut self) {
         self.stop();

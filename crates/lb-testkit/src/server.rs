@@ -62,10 +62,13 @@ impl RecordedRequest {
 struct Shared {
     name: String,
     healthy: AtomicBool,
+    /// Added before answering anything but `/ping`, in ms.
+    delay_ms: AtomicU64,
     requests: Mutex<Vec<RecordedRequest>>,
     connections: AtomicU64,
     open_connections: AtomicUsize,
     in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -87,6 +90,7 @@ struct Running {
 /// | `/hop` | 200 with hop-by-hop headers (`Connection: x-hop`, `X-Hop`, `Keep-Alive`, `Upgrade`) and `X-End: kept` |
 /// | anything else | 200 with the name |
 ///
+/// [`TestServer::set_delay`] makes every request but `/ping` wait first.
 /// Every response carries `X-Server: NAME`. Every request is recorded ([`TestServer::requests`]).
 /// [`TestServer::stop`] closes the listener and every open connection, as a crashed server
 /// would; [`TestServer::restart`] listens on the same port again.
@@ -119,10 +123,12 @@ impl TestServer {
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             healthy: AtomicBool::new(true),
+            delay_ms: AtomicU64::new(0),
             requests: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
             open_connections: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
+            peak_in_flight: AtomicUsize::new(0),
         });
         let server = TestServer { shared, addr, running: Mutex::new(None) };
         server.serve(listener);
@@ -156,6 +162,11 @@ impl TestServer {
     /// Makes `GET /ping` answer 200 (true) or 500 (false).
     pub fn set_healthy(&self, healthy: bool) {
         self.shared.healthy.store(healthy, Ordering::SeqCst);
+    }
+
+    /// Makes every request but `/ping` wait `delay` before it is handled (a stuck server).
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared.delay_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Stops listening and closes every open connection; returns once both are done.
@@ -206,6 +217,16 @@ impl TestServer {
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// The most requests ever handled at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.shared.peak_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Connections open right now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.open_connections.load(Ordering::SeqCst)
     }
 
     /// Requests being handled right now.
@@ -299,7 +320,8 @@ impl Drop for InFlight<'_> {
 }
 
 async fn handle(shared: Arc<Shared>, connection: u64, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
-    shared.in_flight.fetch_add(1, Ordering::SeqCst);
+    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
     let _in_flight = InFlight(&shared.in_flight);
     let name = shared.name.as_str();
     let path = req.uri().path().to_owned();
@@ -317,6 +339,10 @@ async fn handle(shared: Arc<Shared>, connection: u64, req: Request<Incoming>) ->
         connection,
     });
     let query = query.as_deref();
+    let delay = shared.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 && path != "/ping" {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     let response = match path.as_str() {
         "/ping" => {
             if shared.healthy.load(Ordering::SeqCst) {

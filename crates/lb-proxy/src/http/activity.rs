@@ -25,7 +25,6 @@ pub(crate) struct Activity {
     changed: Notify,
 }
 
-#[derive(Debug)]
 struct State {
     in_request: bool,
     idle_since: Instant,
@@ -33,6 +32,30 @@ struct State {
     requests: u64,
     ending: Ending,
     read_waker: Option<Waker>,
+    /// Bytes written to the client so far, and at the start of the current response.
+    written: u64,
+    response_base: u64,
+    /// The raw header section of the request being read, for the checks hyper cannot make
+    /// (it silently drops Content-Length when Transfer-Encoding is present).
+    head: Vec<u8>,
+    head_limit: usize,
+    /// The log line of the last response, written once hyper has flushed it: only then is the
+    /// count of bytes sent (head and body, HAProxy's bytes_read) known.
+    pending_log: Option<PendingLog>,
+    io_closed: bool,
+}
+
+type PendingLog = Box<dyn FnOnce(u64) + Send>;
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("in_request", &self.in_request)
+            .field("requests", &self.requests)
+            .field("ending", &self.ending)
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How the watchdog asked the connection to end.
@@ -57,7 +80,8 @@ pub(crate) enum Watch {
 }
 
 impl Activity {
-    pub(crate) fn new(accepted: Instant) -> Arc<Self> {
+    /// `head_limit`: the frontend's max header size; longer heads are not kept for checking.
+    pub(crate) fn new(accepted: Instant, head_limit: usize) -> Arc<Self> {
         Arc::new(Activity {
             state: Mutex::new(State {
                 in_request: false,
@@ -66,6 +90,12 @@ impl Activity {
                 requests: 0,
                 ending: Ending::No,
                 read_waker: None,
+                written: 0,
+                response_base: 0,
+                head: Vec::new(),
+                head_limit,
+                pending_log: None,
+                io_closed: false,
             }),
             changed: Notify::new(),
         })
@@ -90,13 +120,45 @@ impl Activity {
         }
     }
 
-    /// Headers of a request are complete: returns when its first byte came (monotonic, wall).
-    pub(crate) fn request_started(&self) -> (Instant, SystemTime) {
+    /// Headers of a request are complete: returns when its first byte came (monotonic, wall)
+    /// and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
+    pub(crate) fn request_started(&self) -> (Instant, SystemTime, Option<&'static str>) {
         let mut s = self.lock();
         s.in_request = true;
         s.requests += 1;
+        s.response_base = s.written;
+        let conflict = framing_conflict(&s.head);
+        s.head.clear();
+        if s.head.capacity() > 2 * MIN_HEAD_CAPACITY {
+            s.head.shrink_to(MIN_HEAD_CAPACITY);
+        }
         self.changed.notify_one();
-        s.first_byte.take().unwrap_or_else(|| (Instant::now(), SystemTime::now()))
+        let (at, wall) = s.first_byte.take().unwrap_or_else(|| (Instant::now(), SystemTime::now()));
+        (at, wall, conflict)
+    }
+
+    /// Write `log` with the bytes sent for the current response once hyper has flushed it.
+    pub(crate) fn log_when_sent(&self, log: PendingLog) {
+        let mut s = self.lock();
+        if s.io_closed {
+            let sent = s.written - s.response_base;
+            drop(s);
+            log(sent);
+        } else if let Some(previous) = s.pending_log.replace(log) {
+            let sent = s.written - s.response_base;
+            drop(s);
+            previous(sent);
+        }
+    }
+
+    /// Run the pending log line, if any.
+    fn flush_log(&self, closed: bool) {
+        let mut s = self.lock();
+        s.io_closed |= closed;
+        let Some(log) = s.pending_log.take() else { return };
+        let sent = s.written - s.response_base;
+        drop(s);
+        log(sent);
     }
 
     /// The response has been sent (or abandoned): idle again.
@@ -139,11 +201,44 @@ impl<S> ActivityIo<S> {
     pub(crate) fn new(io: S, activity: Arc<Activity>) -> Self {
         ActivityIo { io, activity }
     }
+
+    fn count_written(&self, r: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = r {
+            self.activity.lock().written += *n as u64;
+        }
+    }
+}
+
+impl<S> Drop for ActivityIo<S> {
+    fn drop(&mut self) {
+        self.activity.flush_log(true);
+    }
+}
+
+/// Initial room for a request head; a connection that saw a larger one gives it back after.
+const MIN_HEAD_CAPACITY: usize = 1024;
+
+/// A framing conflict in a raw request head that hyper resolves silently instead of refusing:
+/// Content-Length together with Transfer-Encoding (hyper drops the Content-Length). Two parsers
+/// that resolve it differently are how requests get smuggled, so we refuse it outright.
+fn framing_conflict(head: &[u8]) -> Option<&'static str> {
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        // Not all here (pipelined behind a body, or longer than we keep): hyper's own checks
+        // and the re-framing of every forwarded body still apply.
+        _ => return None,
+    }
+    let has = |name: &str| request.headers.iter().any(|h| h.name.eq_ignore_ascii_case(name));
+    (has("content-length") && has("transfer-encoding")).then_some("both Content-Length and Transfer-Encoding")
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // hyper reads again only once the previous response is flushed.
+        this.activity.flush_log(false);
         let mut s = this.activity.lock();
         if let Ending::Reply(bytes, written) = &mut s.ending {
             while *written < bytes.len() {
@@ -159,9 +254,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         match polled {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                if !s.in_request && s.first_byte.is_none() {
-                    s.first_byte = Some((Instant::now(), SystemTime::now()));
-                    this.activity.changed.notify_one();
+                if !s.in_request {
+                    if s.first_byte.is_none() {
+                        s.first_byte = Some((Instant::now(), SystemTime::now()));
+                        this.activity.changed.notify_one();
+                    }
+                    let room = s.head_limit.saturating_sub(s.head.len());
+                    let new = &buf.filled()[before..];
+                    s.head.extend_from_slice(&new[..new.len().min(room)]);
                 }
                 Poll::Ready(Ok(()))
             }
@@ -181,7 +281,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for ActivityIo<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.count_written(&r);
+        r
     }
 
     fn poll_write_vectored(
@@ -189,7 +292,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ActivityIo<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.count_written(&r);
+        r
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -95,9 +95,9 @@ pub(crate) enum BodyEnd {
     ServerTimeout,
 }
 
-/// Told once how the response body ended and how many body bytes were handed to the client.
+/// Told once how the response body ended.
 pub(crate) trait OnEnd: Send + Sync + 'static {
-    fn end(self: Box<Self>, how: BodyEnd, bytes: u64);
+    fn end(self: Box<Self>, how: BodyEnd);
 }
 
 #[derive(Debug)]
@@ -109,29 +109,28 @@ enum Source {
 /// A response body for the client: a fixed one (error pages) or the server's, streamed.
 pub(crate) struct ResponseBody {
     source: Source,
-    bytes: u64,
     on_end: Option<Box<dyn OnEnd>>,
 }
 
 impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody").field("source", &self.source).field("bytes", &self.bytes).finish()
+        f.debug_struct("ResponseBody").field("source", &self.source).finish_non_exhaustive()
     }
 }
 
 impl ResponseBody {
     pub(crate) fn full(bytes: Bytes, on_end: Box<dyn OnEnd>) -> Self {
-        ResponseBody { source: Source::Full(Some(bytes)), bytes: 0, on_end: Some(on_end) }
+        ResponseBody { source: Source::Full(Some(bytes)), on_end: Some(on_end) }
     }
 
     pub(crate) fn upstream(inner: Incoming, timeout: Duration, on_end: Box<dyn OnEnd>) -> Self {
         let sleep = Box::pin(tokio::time::sleep(timeout));
-        ResponseBody { source: Source::Upstream { inner, timeout, sleep }, bytes: 0, on_end: Some(on_end) }
+        ResponseBody { source: Source::Upstream { inner, timeout, sleep }, on_end: Some(on_end) }
     }
 
     fn finish(&mut self, how: BodyEnd) {
         if let Some(on_end) = self.on_end.take() {
-            on_end.end(how, self.bytes);
+            on_end.end(how);
         }
     }
 }
@@ -173,9 +172,6 @@ impl Body for ResponseBody {
         };
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.bytes += data.len() as u64;
-                }
                 if this.is_end_stream() {
                     this.finish(BodyEnd::Complete);
                 }

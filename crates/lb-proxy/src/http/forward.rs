@@ -25,6 +25,7 @@ pub(crate) struct Exchange {
     pub(crate) tr: i64,
     pub(crate) backend: Option<Arc<BackendState>>,
     pub(crate) server: Option<String>,
+    pub(crate) tw: i64,
     pub(crate) tc: i64,
     pub(crate) tresp: i64,
     pub(crate) status: i32,
@@ -46,7 +47,7 @@ impl Exchange {
             backend: backend.map_or(ctx.fe.name(), |b| b.name()),
             server: self.server.as_deref().unwrap_or("<NOSRV>"),
             tr: self.tr,
-            tw: if self.server.is_some() { 0 } else { -1 },
+            tw: self.tw,
             tc: self.tc,
             tresp: self.tresp,
             ta: self.started.elapsed().as_millis() as i64,
@@ -59,14 +60,14 @@ impl Exchange {
             srv_conn: server.map_or(0, |s| s.current_conns()),
             retries: self.retries,
             srv_queue: 0,
-            backend_queue: 0,
+            backend_queue: backend.map_or(0, |b| b.queued()),
             request_line: &self.request_line,
         });
     }
 }
 
 impl OnEnd for Exchange {
-    fn end(mut self: Box<Self>, how: BodyEnd, bytes: u64) {
+    fn end(mut self: Box<Self>, how: BodyEnd) {
         if self.termination == *b"--" {
             self.termination = match how {
                 BodyEnd::Complete => *b"--",
@@ -75,7 +76,6 @@ impl OnEnd for Exchange {
                 BodyEnd::ServerTimeout => *b"sD",
             };
         }
-        self.log(bytes);
         let ctx = self.ctx.clone();
         if let Some(up) = self.upstream.take() {
             // Only a connection whose exchange ended cleanly may carry another request.
@@ -87,6 +87,8 @@ impl OnEnd for Exchange {
             }
         }
         ctx.activity.request_done();
+        let activity = ctx.activity.clone();
+        activity.log_when_sent(Box::new(move |sent| self.log(sent)));
     }
 }
 
@@ -96,7 +98,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
-    let (first_byte, accept_date) = ctx.activity.request_started();
+    let (first_byte, accept_date, conflict) = ctx.activity.request_started();
     let mut ex = Exchange {
         ctx: ctx.clone(),
         accept_date,
@@ -104,6 +106,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         tr: first_byte.elapsed().as_millis() as i64,
         backend: None,
         server: None,
+        tw: -1,
         tc: -1,
         tresp: -1,
         status: -1,
@@ -112,7 +115,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         request_line: format!("{} {} {:?}", req.method(), req.uri(), req.version()),
         upstream: None,
     };
-    if let Some(reason) = headers::smuggling_reason(&req) {
+    if let Some(reason) = conflict.or_else(|| headers::smuggling_reason(&req)) {
         tracing::debug!(frontend = ctx.fe.name(), client = ?ctx.facts.client, "refused request: {reason}");
         return Ok(error(ex, 400, *b"PR"));
     }
@@ -140,6 +143,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     let timeout = backend.config().timeouts.server;
     let response = loop {
         ex.server = Some(up.server.name().to_owned());
+        ex.tw = up.queue_ms;
         ex.tc = up.connect_ms;
         let sent = Instant::now();
         let attempt = async {
@@ -215,6 +219,7 @@ fn error(mut ex: Exchange, status: u16, termination: [u8; 2]) -> Response<Respon
 fn connect_failed(mut ex: Exchange, failure: ConnectFailure) -> Response<ResponseBody> {
     match failure {
         ConnectFailure::NoServer => error(ex, 503, *b"SC"),
+        ConnectFailure::QueueTimeout => error(ex, 503, *b"sQ"),
         ConnectFailure::Failed { server, timed_out, error: e } => {
             tracing::debug!(server = server.as_str(), "connect failed: {e}");
             ex.server = Some(server);

@@ -34,6 +34,8 @@ pub(crate) struct Upstream {
     pub(crate) reused: bool,
     /// Connect time of a new connection, in ms (the log's Tc); 0 for a reused one.
     pub(crate) connect_ms: i64,
+    /// Time waited in the backend's queue for a server slot, in ms (the log's Tw).
+    pub(crate) queue_ms: i64,
 }
 
 /// Idle server connections of `http_reuse: safe` backends.
@@ -74,7 +76,7 @@ pub(crate) async fn acquire(
 ) -> Result<Upstream, ConnectFailure> {
     if let Some(up) = pinned {
         if Arc::ptr_eq(&up.backend, backend) && up.server.accepts_existing() && !up.sender.is_closed() {
-            return Ok(Upstream { reused: true, connect_ms: 0, ..up });
+            return Ok(Upstream { reused: true, connect_ms: 0, queue_ms: 0, ..up });
         }
     }
     if backend.config().http_reuse == lb_config::HttpReuse::Safe {
@@ -82,7 +84,15 @@ pub(crate) async fn acquire(
             let server = lease.server().clone();
             // Older than the server timeout, a pooled connection is likely closed by the server.
             if let Some(sender) = pool.take(backend.name(), server.index(), backend.config().timeouts.server) {
-                return Ok(Upstream { sender, server, backend: backend.clone(), _lease: lease, reused: true, connect_ms: 0 });
+                return Ok(Upstream {
+                    sender,
+                    server,
+                    backend: backend.clone(),
+                    _lease: lease,
+                    reused: true,
+                    connect_ms: 0,
+                    queue_ms: 0,
+                });
             }
         }
     }
@@ -101,6 +111,7 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
             _lease: connected.lease,
             reused: false,
             connect_ms: connected.connect_time.as_millis() as i64,
+            queue_ms: connected.queue_time.as_millis() as i64,
         }),
         Err(e) => Err(ConnectFailure::Failed {
             server: server.name().to_owned(),

@@ -1,0 +1,84 @@
+//! Connection limits: at a frontend's (or the global) limit a new connection waits in the
+//! kernel's backlog — connected, unanswered, never reset — until a slot frees; a server's
+//! `max_connections` queues requests instead of exceeding it.
+
+use std::time::Duration;
+
+use lb_testkit::raw::{Ending, RawConn};
+use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
+
+fn config(global: &str, frontend: &str, server_extra: &str, server: &TestServer) -> impl Fn(&[u16]) -> String {
+    let (global, frontend, server_extra, addr) = (global.to_owned(), frontend.to_owned(), server_extra.to_owned(), server.addr());
+    move |ports: &[u16]| {
+        format!(
+            r#"global:
+{global}
+defaults:
+  timeouts: {{ connect: 1s, client: 20s, server: 20s, http_request: 20s, http_keep_alive: 20s }}
+frontends:
+  - name: fe
+    bind: ["127.0.0.1:{fe}"]
+    default_backend: be
+{frontend}
+backends:
+  - name: be
+    servers:
+      - {{ name: s1, address: "{addr}"{server_extra} }}
+"#,
+            fe = ports[0]
+        )
+    }
+}
+
+/// With a limit of 2 connections: two slow requests in flight, then a third connection.
+async fn third_connection_waits_for_a_free_slot(proxy: &ProxyProcess, s1: &TestServer) {
+    let addr = proxy.addr();
+    let slow: Vec<_> = (0..2).map(|_| tokio::spawn(async move { client::get(addr, "/slow?ms=2500").await })).collect();
+    assert!(wait_until(Duration::from_secs(10), || s1.in_flight() == 2).await, "two slow requests in flight");
+
+    let mut third = RawConn::connect(addr).await.expect("the third connection is connected (kernel backlog)");
+    third.send(b"GET /third HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("send");
+    // While both slots are taken: no answer, no reset, and nothing reaches the server.
+    let (early, ending) = third.read_until_closed(Duration::from_millis(800)).await;
+    assert!(early.is_empty(), "the third connection was answered at the limit: {:?}", String::from_utf8_lossy(&early));
+    assert_eq!(ending, Ending::Open, "the third connection must wait, not be closed or reset");
+    assert_eq!(s1.hits_for("/third"), 0, "the third request reached the server while the limit was reached");
+    assert_eq!(s1.in_flight(), 2);
+
+    // The slow requests finish and close their connections: the third is served.
+    let r = third.read_response(Duration::from_secs(15)).await.expect("the third connection is served once a slot frees");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for task in slow {
+        let r = task.await.expect("task").expect("slow request");
+        assert_eq!(r.status, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontend_max_connections_holds_the_third_connection_until_a_slot_frees() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config("  max_connections: 1000", "    max_connections: 2", "", &s1));
+    third_connection_waits_for_a_free_slot(&proxy, &s1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_max_connections_holds_the_third_connection_until_a_slot_frees() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config("  max_connections: 2", "", "", &s1));
+    third_connection_waits_for_a_free_slot(&proxy, &s1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_max_connections_queues_requests_beyond_it() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config("  max_connections: 1000", "", ", max_connections: 1", &s1));
+    let addr = proxy.addr();
+    let tasks: Vec<_> = (0..3).map(|i| tokio::spawn(async move { client::get(addr, &format!("/slow?ms=400&i={i}")).await })).collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        let r = task.await.expect("task").expect("request");
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [200, 200, 200], "requests beyond a server's max_connections wait for it (queued), they do not fail");
+    assert_eq!(s1.peak_in_flight(), 1, "the server never had more than max_connections (1) requests at once");
+}

@@ -10,6 +10,10 @@ pub(crate) const MAX_CONNECTIONS: usize = 4096;
 pub(crate) const CONTROL_SOCKET: &str = "/var/run/lb-proxy/master.sock";
 pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb-proxy/runtime.sock";
 pub(crate) const LOG_TAG: &str = "haproxy";
+/// As the Manta deployment ran HAProxy.
+pub(crate) const MAX_OLD_WORKERS: usize = 10;
+pub(crate) const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CLOSE_SPREAD: Duration = Duration::from_secs(5);
 pub(crate) const RETRIES: u32 = 3;
 pub(crate) const MAX_HEADER_SIZE: usize = 16 * 1024;
 /// hyper refuses read buffers smaller than this.
@@ -61,6 +65,10 @@ impl Default for Global {
             log: Log::default(),
             control_socket: PathBuf::from(CONTROL_SOCKET),
             runtime_socket: PathBuf::from(RUNTIME_SOCKET),
+            max_old_workers: MAX_OLD_WORKERS,
+            worker_start_timeout: WORKER_START_TIMEOUT,
+            hard_stop_after: None,
+            close_spread: CLOSE_SPREAD,
         }
     }
 }

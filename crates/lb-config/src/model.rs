@@ -6,7 +6,6 @@
 //! agree between a frontend and its backends).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,6 +33,15 @@ pub struct Global {
     pub control_socket: PathBuf,
     /// The runtime socket (show stat, set server …).
     pub runtime_socket: PathBuf,
+    /// Reloads: old workers kept draining at most; beyond, the oldest is stopped.
+    pub max_old_workers: usize,
+    /// Reloads: a new worker not serving within this long is a failed reload.
+    pub worker_start_timeout: Duration,
+    /// Reloads: an old worker still draining after this long is stopped (`None`: never).
+    pub hard_stop_after: Option<Duration>,
+    /// Reloads: a draining worker closes its idle keep-alive connections spread over this long,
+    /// so that their clients do not all reconnect at once.
+    pub close_spread: Duration,
 }
 
 /// Where and how access logs are written (`global.log`).
@@ -107,21 +115,7 @@ pub struct Timeouts {
     pub check: Duration,
 }
 
-/// A listening address: TCP (IPv4 or IPv6) or a Unix socket path (written `unix:/path`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ListenAddr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-impl fmt::Display for ListenAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ListenAddr::Tcp(a) => write!(f, "{a}"),
-            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
-        }
-    }
-}
+pub use lb_supervisor::ListenAddr;
 
 /// One `bind` entry of a frontend.
 #[derive(Debug, Clone, PartialEq, Eq)]

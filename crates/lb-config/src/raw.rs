@@ -44,6 +44,14 @@ pub(crate) struct RawGlobal {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) runtime_socket: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_old_workers: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) worker_start_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hard_stop_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) close_spread: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log: Option<RawLog>,
 }
 

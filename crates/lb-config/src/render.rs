@@ -51,6 +51,10 @@ fn global(g: &Global) -> RawGlobal {
         group: g.group.clone(),
         control_socket: Some(path(&g.control_socket)),
         runtime_socket: Some(path(&g.runtime_socket)),
+        max_old_workers: Some(count(g.max_old_workers)),
+        worker_start_timeout: duration(g.worker_start_timeout),
+        hard_stop_after: g.hard_stop_after.and_then(duration),
+        close_spread: duration(g.close_spread),
         log: Some(RawLog {
             target: Some(g.log.target.to_string()),
             format: Some(g.log.format.to_string()),

@@ -25,7 +25,7 @@ use lb_config::AdminState;
 use rand::Rng;
 
 use crate::backend::{BackendState, Backends, ServerState};
-use crate::shutdown::Shutdown;
+use lb_supervisor::Shutdown;
 
 /// No two checks of a server closer than this, however often it is woken; also the floor of
 /// the fast interval.

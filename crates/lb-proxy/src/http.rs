@@ -13,7 +13,7 @@ mod headers;
 mod upstream;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -25,12 +25,15 @@ use self::upstream::Upstream;
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
 use crate::serve::{FrontendState, Proxy};
-use crate::shutdown::Shutdown;
+use lb_supervisor::Shutdown;
 
 pub(crate) use self::upstream::Pool;
 
 /// hyper's read buffer cannot be smaller than this.
 const MIN_HEADER_BUFFER: usize = 8192;
+
+/// While draining, an idle connection is closed only after this long without a request.
+const DRAIN_QUIET: Duration = Duration::from_secs(1);
 
 /// What every request of one client connection shares.
 #[derive(Debug)]
@@ -72,14 +75,21 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
     tokio::pin!(conn);
 
     let mut ending = false;
-    let mut draining = false;
+    // While draining, when to close this connection if it is idle then (spread over
+    // close_spread so that clients do not all reconnect at once).
+    let mut drain_close_at: Option<Instant> = None;
     let mut stop = shutdown.clone();
     let result = loop {
         let deadline = match activity.watch() {
             _ if ending => None,
             Watch::Busy => None,
-            Watch::Idle { since, requests: 0 } => Some(since + timeouts.http_request),
-            Watch::Idle { since, .. } => Some(since + timeouts.http_keep_alive),
+            Watch::Idle { since, requests } => {
+                let limit = if requests == 0 { timeouts.http_request } else { timeouts.http_keep_alive };
+                // A client quiet for a while is unlikely to be sending right now: a drain
+                // never closes a connection that was busy less than DRAIN_QUIET ago.
+                let drain = drain_close_at.map(|at| at.max(since + DRAIN_QUIET));
+                Some(drain.map_or(since + limit, |at| at.min(since + limit)))
+            }
             Watch::Reading { since } => Some(since + timeouts.http_request),
         };
         tokio::select! {
@@ -99,9 +109,11 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
                     _ => {}
                 }
             }
-            _ = shutdown.draining(), if !draining => {
-                draining = true;
-                activity.end_when_idle();
+            _ = shutdown.draining(), if drain_close_at.is_none() => {
+                // Busy connections end after their response (it says `Connection: close`);
+                // idle ones are closed at a spread-out moment, only when nothing is arriving.
+                let spread = proxy.close_spread.as_millis() as u64;
+                drain_close_at = Some(Instant::now() + Duration::from_millis(rand::random_range(0..=spread)));
             }
             _ = stop.stopped() => return,
         }

@@ -1,17 +1,19 @@
 //! lb-proxy balances HTTP and plain TCP across API servers: the middle daemon of the lb stack,
 //! behind lb-tls (which hands it plaintext with a PROXY v2 header) and in front of the servers.
 //!
-//! The binary `lb-proxy` is a thin `main.rs` over this library. Whoever starts a serving process
-//! binds the listening sockets first ([`bind`]) or receives them already bound (the master of
-//! lb-supervisor passes them by fd), then calls [`run`] with them, a [`Shutdown`] to stop it
-//! softly or at once, and a validated [`lb_config::Config`]. Tests call [`run`] the same way with
-//! port-0 sockets.
+//! The binary `lb-proxy` is lb-supervisor's master and workers ([`ProxyDaemon`]): the master
+//! binds the listening sockets and passes them by fd to each worker, which serves them with
+//! [`start`]. Anyone may serve without a master: bind ([`bind`]), then [`run`] with the
+//! sockets, a [`Shutdown`] to stop softly or at once, and a validated [`lb_config::Config`].
+//! Tests call [`run`] the same way with port-0 sockets.
 //!
-//! Main types: [`Listeners`] (the bound sockets, named by address), [`Shutdown`] /
-//! [`ShutdownHandle`] (drain, then stop), [`Error`].
+//! Main types: [`ProxyDaemon`], [`Server`] (a started proxy), lb-supervisor's [`Listeners`]
+//! (the bound sockets, named by address) and [`Shutdown`] / [`ShutdownHandle`] (drain, then
+//! stop), [`Error`].
 //!
 //! # Layout
-//! - `listener`: binding and holding listening sockets, the client stream type.
+//! - `daemon`: [`ProxyDaemon`], what lb-supervisor runs.
+//! - `listener`: binding a configuration's sockets, the client stream type.
 //! - `serve`: the running proxy: accept loops with connection limits, dispatch by mode, drain.
 //! - `http`: HTTP mode (hyper on both sides): routing, forwarding headers, timeouts, errors.
 //! - `tcp`: TCP mode: bidirectional copy with half-close.
@@ -19,12 +21,11 @@
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
 //! - `proxy_protocol`, `facts`: PROXY v1/v2 headers and what they tell about a connection.
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
-//! - `cli`: command-line arguments of the binary.
 #![forbid(unsafe_code)]
 
 mod backend;
-mod cli;
 mod connect;
+mod daemon;
 mod error;
 mod facts;
 mod health;
@@ -33,14 +34,13 @@ mod listener;
 mod log;
 mod proxy_protocol;
 mod serve;
-mod shutdown;
 mod tcp;
 
-pub use cli::{Args, USAGE};
+pub use daemon::ProxyDaemon;
 pub use error::Error;
-pub use listener::{bind, bind_one, Listener, Listeners};
-pub use serve::run;
-pub use shutdown::{channel as shutdown_channel, Phase, Shutdown, ShutdownHandle};
+pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
+pub use listener::bind;
+pub use serve::{run, start, Server};
 
 #[doc(hidden)]
 pub use proxy_protocol::fuzz_parse;

@@ -15,10 +15,11 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{BackendState, Backends};
 use crate::facts::ConnFacts;
 use crate::http::Pool;
-use crate::listener::{ClientStream, Listener};
+use crate::listener::ClientStream;
+use lb_supervisor::Listener;
 use crate::log::Logger;
 use crate::proxy_protocol::read_proxy_header;
-use crate::shutdown::Shutdown;
+use lb_supervisor::Shutdown;
 use crate::{health, Error, Listeners};
 
 /// Everything the connections of one serving process share.
@@ -28,6 +29,8 @@ pub(crate) struct Proxy {
     pub(crate) logger: Logger,
     /// Idle server connections, for backends with `http_reuse: safe`.
     pub(crate) pool: Pool,
+    /// A draining process closes its idle connections spread over this long.
+    pub(crate) close_spread: Duration,
     /// Current client connections over all frontends (HAProxy's actconn).
     actconn: AtomicUsize,
     limit: Arc<Semaphore>,
@@ -117,18 +120,49 @@ impl Drop for Admission {
     }
 }
 
-/// Serve `config` on `listeners` until `shutdown` says to stop.
+/// A started proxy: accepting on its sockets until its [`Shutdown`] says to stop.
+#[derive(Debug)]
+pub struct Server {
+    proxy: Arc<Proxy>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Client connections open now.
+    pub fn connections(&self) -> usize {
+        self.proxy.actconn()
+    }
+
+    /// A counter of open client connections that outlives `self` (for lb-supervisor's status).
+    pub fn connections_counter(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let proxy = self.proxy.clone();
+        move || proxy.actconn() as u64
+    }
+
+    /// Resolves when the shutdown has been carried out: after a drain, once the last
+    /// connection has ended; after a hard stop, at once.
+    pub async fn wait(self) {
+        let _ = self.done.await;
+    }
+}
+
+/// Serve `config` on `listeners` until `shutdown` says to stop (see [`start`]).
+pub async fn run(listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<(), Error> {
+    start(listeners, shutdown, config).await?.wait().await;
+    Ok(())
+}
+
+/// Start serving `config` on `listeners`; returns once every socket accepts.
 ///
 /// Every bind of every frontend must find its socket in `listeners` (by exact address); a
 /// missing one is an error before anything is served. Sockets that no frontend uses are closed.
 /// Once `shutdown` begins draining, the accept loops end and close their sockets, connections
-/// finish what they are doing, and `run` returns when the last one has ended (or at once on a
-/// hard stop).
-pub async fn run(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<(), Error> {
+/// finish what they are doing, and the server is done when the last one has ended (or at once
+/// on a hard stop).
+pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<Server, Error> {
     let logger = Logger::new(&config.global.log).map_err(|source| Error::Log { source })?;
     let backends = Backends::new(&config);
     let mut accepts = Vec::new();
-    let mut frontends = Vec::new();
     for fe in &config.frontends {
         let state = Arc::new(FrontendState::new(fe, &backends));
         for bind in &fe.binds {
@@ -139,7 +173,6 @@ pub async fn run(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Confi
                 .map_err(|source| Error::Listener { address: bind.address.clone(), source })?;
             accepts.push((state.clone(), bind.clone(), listener));
         }
-        frontends.push(state);
     }
     drop(listeners);
 
@@ -147,6 +180,7 @@ pub async fn run(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Confi
         backends,
         logger,
         pool: Pool::default(),
+        close_spread: config.global.close_spread,
         actconn: AtomicUsize::new(0),
         limit: Arc::new(Semaphore::new(config.global.max_connections)),
     });
@@ -159,16 +193,18 @@ pub async fn run(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Confi
             tokio::spawn(accept_loop(proxy.clone(), fe, bind, listener, shutdown.clone(), tracker.clone()))
         })
         .collect();
-    for accept in loops {
-        let _ = accept.await;
-    }
-    tracker.close();
     let mut stop = shutdown.clone();
-    tokio::select! {
-        _ = tracker.wait() => {}
-        _ = stop.stopped() => {}
-    }
-    Ok(())
+    let done = tokio::spawn(async move {
+        for accept in loops {
+            let _ = accept.await;
+        }
+        tracker.close();
+        tokio::select! {
+            _ = tracker.wait() => {}
+            _ = stop.stopped() => {}
+        }
+    });
+    Ok(Server { proxy, done })
 }
 
 /// A listening socket registered with tokio.

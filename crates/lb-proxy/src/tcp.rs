@@ -19,7 +19,7 @@ use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
 use crate::log::TcpLog;
 use crate::serve::{FrontendState, Proxy};
-use crate::shutdown::Shutdown;
+use lb_supervisor::Shutdown;
 
 pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, client: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
     let accept_date = facts.accepted_at;

@@ -115,6 +115,7 @@ impl ProxyProcess {
             .tempdir()
             .map_err(|e| StartError::Config(format!("creating a temporary directory: {e}")))?;
         let config_path = dir.path().join("lb-proxy.yaml");
+        let yaml = with_private_control_socket(yaml, dir.path());
         std::fs::write(&config_path, yaml)
             .map_err(|e| StartError::Config(format!("writing {}: {e}", config_path.display())))?;
         let config = Config::load(&config_path).map_err(|e| StartError::Config(e.to_string()))?;
@@ -327,7 +328,18 @@ impl ProxyProcess {
 
     /// The peak resident set size so far (`VmHWM`), in KiB: no sampling can miss a spike.
     pub fn peak_rss_kib(&self) -> Option<u64> {
-        proc_status_kib(self.pid(), "VmHWM:")
+        // The master serves nothing: its workers hold the connections.
+        std::iter::once(self.pid()).chain(self.worker_pids()).filter_map(|pid| proc_status_kib(pid, "VmHWM:")).max()
+    }
+
+    /// The worker processes of this master now (its children).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        children_of(self.pid())
+    }
+
+    /// `pid` is this master or one of its workers (access-log lines carry the worker's pid).
+    pub fn is_own_pid(&self, pid: u32) -> bool {
+        pid == self.pid() || parent_of(pid) == Some(self.pid())
     }
 
     /// Stops the process now (SIGTERM, then SIGKILL after a grace) and returns its status.
@@ -489,4 +501,39 @@ fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with(key))?;
     line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// Every test's master gets a control socket of its own in the test's directory, unless the
+/// test names one: the default path is shared by every master on the machine.
+fn with_private_control_socket(yaml: &str, dir: &Path) -> String {
+    use serde_yaml::{Mapping, Value};
+    let Ok(mut doc) = serde_yaml::from_str::<Value>(yaml) else { return yaml.to_owned() };
+    let Some(top) = doc.as_mapping_mut() else { return yaml.to_owned() };
+    let global = top.entry(Value::from("global")).or_insert_with(|| Value::Mapping(Mapping::new()));
+    if global.is_null() {
+        *global = Value::Mapping(Mapping::new());
+    }
+    let Some(global) = global.as_mapping_mut() else { return yaml.to_owned() };
+    let key = Value::from("control_socket");
+    if global.contains_key(&key) {
+        return yaml.to_owned();
+    }
+    global.insert(key, Value::from(dir.join("master.sock").to_string_lossy().into_owned()));
+    serde_yaml::to_string(&doc).unwrap_or_else(|_| yaml.to_owned())
+}
+
+/// The parent of `pid`, from /proc (None once it has exited).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields follow the last ')'.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The processes whose parent is `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| parent_of(child) == Some(pid))
+        .collect()
 }

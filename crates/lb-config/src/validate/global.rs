@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use super::Ctx;
 use crate::address::{parse_log_target, resolve};
-use crate::defaults::{CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, RUNTIME_SOCKET};
+use crate::defaults::{
+    CLOSE_SPREAD, CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, MAX_OLD_WORKERS, RUNTIME_SOCKET, WORKER_START_TIMEOUT,
+};
 use crate::locate::child;
 use crate::model::{Facility, Global, Log, LogFormat, LogTarget};
 use crate::raw::{RawGlobal, RawLog};
@@ -30,6 +32,15 @@ pub(super) fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Global {
             .unwrap_or_else(|| PathBuf::from(CONTROL_SOCKET)),
         runtime_socket: socket(ctx, path, "runtime_socket", raw.runtime_socket.as_ref())
             .unwrap_or_else(|| PathBuf::from(RUNTIME_SOCKET)),
+        max_old_workers: ctx
+            .int(path, "max_old_workers", raw.max_old_workers, 0..=1000)
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(MAX_OLD_WORKERS),
+        worker_start_timeout: ctx
+            .duration(path, "worker_start_timeout", raw.worker_start_timeout.as_ref())
+            .unwrap_or(WORKER_START_TIMEOUT),
+        hard_stop_after: ctx.duration(path, "hard_stop_after", raw.hard_stop_after.as_ref()),
+        close_spread: ctx.duration(path, "close_spread", raw.close_spread.as_ref()).unwrap_or(CLOSE_SPREAD),
     }
 }
 

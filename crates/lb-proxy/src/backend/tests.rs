@@ -1,13 +1,11 @@
 //! Balancing, usability, leases and slowstart, on backends built by hand.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lb_config::{
-    AdminState, Backend, Balance, CheckKind, Config, Facility, Global, HealthCheck, HttpReuse, Log,
-    LogFormat, LogTarget, Mode, Server, Timeouts,
+    AdminState, Backend, Balance, CheckKind, Config, Global, HealthCheck, HttpReuse, Mode, Server, Timeouts,
 };
 
 use super::{BackendState, Backends};
@@ -56,21 +54,7 @@ pub(crate) fn backend_config(name: &str, balance: Balance, servers: Vec<Server>)
 /// A config with no frontends and these backends.
 pub(crate) fn config_with(backends: Vec<Backend>) -> Config {
     Config {
-        global: Global {
-            max_connections: 100,
-            worker_threads: None,
-            user: None,
-            group: None,
-            log: Log {
-                target: LogTarget::Stdout,
-                format: LogFormat::Haproxy,
-                tag: "haproxy".to_owned(),
-                facility: Facility::Local0,
-                hostname: None,
-            },
-            control_socket: PathBuf::from("/tmp/ctl"),
-            runtime_socket: PathBuf::from("/tmp/rt"),
-        },
+        global: Global { max_connections: 100, ..Global::default() },
         frontends: Vec::new(),
         backends,
     }

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use super::{probe, transition_line, CheckResult, CheckStatus, Counter};
 use crate::backend::tests::{backend_config, config_with, server_config};
 use crate::backend::{BackendState, Backends, ServerState};
-use crate::shutdown;
+use lb_supervisor as shutdown;
 
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
@@ -282,7 +282,7 @@ async fn closed_port_goes_down_after_fall_and_back_up_after_rise() {
     let backend = checked_backend(addr, CheckKind::Tcp, interval, 2, 3);
     let server = Arc::clone(&backend.servers()[0]);
     assert!(server.is_up(), "checked servers start up");
-    let (handle, shutdown) = shutdown::channel();
+    let (handle, shutdown) = shutdown::shutdown_channel();
     start_checks(&backend, shutdown);
 
     // First check within one interval, then two more at the fast interval (100 ms).
@@ -316,7 +316,7 @@ async fn http_check_follows_the_status() {
     let server_http = responder(200).await;
     let backend = checked_backend(server_http.addr, http_kind(None, 200), 200, 1, 2);
     let server = Arc::clone(&backend.servers()[0]);
-    let (handle, shutdown) = shutdown::channel();
+    let (handle, shutdown) = shutdown::shutdown_channel();
     start_checks(&backend, shutdown);
 
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -344,7 +344,7 @@ async fn a_failed_connect_on_traffic_triggers_a_check_at_once() {
     // A long interval: only the triggered checks can bring it down in time.
     let backend = checked_backend(addr, CheckKind::Tcp, 30_000, 2, 2);
     let server = Arc::clone(&backend.servers()[0]);
-    let (handle, shutdown) = shutdown::channel();
+    let (handle, shutdown) = shutdown::shutdown_channel();
     start_checks(&backend, shutdown);
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(server.is_up());
@@ -368,7 +368,7 @@ async fn maintenance_suspends_checks_and_draining_stops_them() {
     let backend = checked_backend(addr, CheckKind::Tcp, 100, 1, 1);
     let server = Arc::clone(&backend.servers()[0]);
     server.set_admin_state(AdminState::Maint);
-    let (handle, shutdown) = shutdown::channel();
+    let (handle, shutdown) = shutdown::shutdown_channel();
     start_checks(&backend, shutdown);
 
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -399,7 +399,7 @@ async fn spawn_health_checks_starts_only_checked_servers() {
     config.health_check.interval = Duration::from_millis(100);
     config.health_check.fall = 1;
     let backends = Backends::new(&config_with(vec![config]));
-    let (handle, shutdown) = shutdown::channel();
+    let (handle, shutdown) = shutdown::shutdown_channel();
     super::spawn_health_checks(&backends, shutdown);
 
     let be = backends.get("be").expect("be");

@@ -43,6 +43,9 @@ struct State {
     /// count of bytes sent (head and body, HAProxy's bytes_read) known.
     pending_log: Option<PendingLog>,
     io_closed: bool,
+    /// Bytes were written since the last completed flush: hyper may still hold some of the
+    /// response in its buffer, so the count is not final yet.
+    unflushed: bool,
 }
 
 type PendingLog = Box<dyn FnOnce(u64) + Send>;
@@ -96,6 +99,7 @@ impl Activity {
                 head_limit,
                 pending_log: None,
                 io_closed: false,
+                unflushed: false,
             }),
             changed: Notify::new(),
         })
@@ -123,6 +127,8 @@ impl Activity {
     /// Headers of a request are complete: returns when its first byte came (monotonic, wall)
     /// and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
     pub(crate) fn request_started(&self) -> (Instant, SystemTime, Option<&'static str>) {
+        // A pipelined request can start before the last response's log was written.
+        self.flush_log(false);
         let mut s = self.lock();
         s.in_request = true;
         s.requests += 1;
@@ -151,10 +157,14 @@ impl Activity {
         }
     }
 
-    /// Run the pending log line, if any.
+    /// Run the pending log line, if any and if its byte count is final: everything written
+    /// has been flushed (or the connection is gone).
     fn flush_log(&self, closed: bool) {
         let mut s = self.lock();
         s.io_closed |= closed;
+        if s.unflushed && !s.io_closed {
+            return;
+        }
         let Some(log) = s.pending_log.take() else { return };
         let sent = s.written - s.response_base;
         drop(s);
@@ -204,7 +214,9 @@ impl<S> ActivityIo<S> {
 
     fn count_written(&self, r: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = r {
-            self.activity.lock().written += *n as u64;
+            let mut s = self.activity.lock();
+            s.written += *n as u64;
+            s.unflushed |= *n > 0;
         }
     }
 }
@@ -237,7 +249,8 @@ fn framing_conflict(head: &[u8]) -> Option<&'static str> {
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        // hyper reads again only once the previous response is flushed.
+        // hyper also reads while a response is being written (to notice a client that went
+        // away), so a read says nothing about the response; flush_log checks it is all out.
         this.activity.flush_log(false);
         let mut s = this.activity.lock();
         if let Ending::Reply(bytes, written) = &mut s.ending {
@@ -303,7 +316,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ActivityIo<S> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = r {
+            // hyper flushes its own buffer through poll_write before flushing the stream:
+            // everything it was given has been written.
+            this.activity.lock().unflushed = false;
+            this.activity.flush_log(false);
+        }
+        r
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

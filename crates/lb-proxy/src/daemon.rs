@@ -1,0 +1,44 @@
+//! lb-proxy as lb-supervisor runs it: how to load its configuration, what the master must bind
+//! and keep, and how a worker starts serving.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use lb_config::Config;
+use lb_supervisor::{Daemon, Listeners, Plan, Serving, Settings, Shutdown};
+
+/// The lb-proxy daemon, for [`lb_supervisor::main`].
+#[derive(Debug)]
+pub struct ProxyDaemon;
+
+impl Daemon for ProxyDaemon {
+    const NAME: &'static str = "lb-proxy";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    type Config = Config;
+
+    fn load(path: &Path) -> Result<Config, String> {
+        Config::load(path).map_err(|e| e.to_string())
+    }
+
+    fn plan(config: &Config) -> Plan {
+        let global = &config.global;
+        Plan {
+            listen: config.listen_addrs(),
+            control_socket: global.control_socket.clone(),
+            user: global.user.clone(),
+            group: global.group.clone(),
+            worker_threads: global.worker_threads,
+            settings: Settings {
+                max_old_workers: global.max_old_workers,
+                hard_stop_after_ms: global.hard_stop_after.map(|d| d.as_millis() as u64),
+                worker_start_timeout_ms: global.worker_start_timeout.as_millis() as u64,
+            },
+        }
+    }
+
+    async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
+        let server = crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?;
+        let connections = server.connections_counter();
+        Ok(Serving { connections: Box::new(move || connections()), done: Box::pin(server.wait()) })
+    }
+}

@@ -1,0 +1,67 @@
+//! The address of a listening socket: how the master names each socket it hands to a worker,
+//! and how every daemon's configuration writes its binds.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// A listening address: TCP (IPv4 or IPv6) or a Unix socket path (written `unix:/path`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The exact form [`Display`](fmt::Display) writes: `IP:port`, `[IPv6]:port` or `unix:/path`.
+/// (Configurations accept friendlier forms; they parse them themselves.)
+impl FromStr for ListenAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a path".to_owned());
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        s.parse().map(ListenAddr::Tcp).map_err(|_| format!("not a listening address: {s:?}"))
+    }
+}
+
+impl serde::Serialize for ListenAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_parse_agree() {
+        for text in ["127.0.0.1:80", "[::1]:8443", "unix:/var/run/lb/in.sock"] {
+            let addr: ListenAddr = text.parse().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(addr.to_string(), text);
+        }
+        assert!("unix:".parse::<ListenAddr>().is_err());
+        assert!("example.com:80".parse::<ListenAddr>().is_err());
+    }
+}

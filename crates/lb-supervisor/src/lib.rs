@@ -1,0 +1,51 @@
+//! lb-supervisor runs an lb daemon (lb-proxy, lb-tls) as a master and its workers, so that a
+//! reload never costs a client a connection.
+//!
+//! The master keeps the PID that SMF or systemd supervise and owns every listening socket. A
+//! reload starts a new worker (the same binary, exec'd anew, so a new binary on disk is picked
+//! up), hands it the very same sockets by fd over a private socketpair, and only once it reports
+//! READY tells the older workers to drain. A configuration that does not load, a socket that
+//! cannot be bound or a worker that crashes while starting leaves the current worker serving and
+//! fails the reload, with the worker's own messages, for whoever asked.
+//!
+//! A daemon plugs in by implementing [`Daemon`] and calling [`main`] from its `main.rs`. The
+//! control socket protocol ([`Request`], [`Response`]) is defined here once and spoken by lbctl
+//! and lb-watcher through [`control::call`].
+//!
+//! Main types: [`Daemon`], [`Plan`], [`Serving`], [`ListenAddr`], [`Listener`] /
+//! [`Listeners`], [`Shutdown`] / [`ShutdownHandle`], [`Request`] / [`Response`], [`Error`].
+//!
+//! # Layout
+//! - `daemon`: the [`Daemon`] trait and [`main`], the command line shared by every daemon.
+//! - `master`: the master: sockets, workers, reloads, signals, the control socket.
+//! - `worker`: a worker's side: receive sockets, serve, report, drain.
+//! - `channel`: framed JSON messages with file descriptors over a Unix socket.
+//! - `fdpass`: `SCM_RIGHTS` send and receive (the one module with `unsafe`).
+//! - `protocol`: every message, control and channel.
+//! - `control`: the control socket, both ends.
+//! - `notify`: systemd's `sd_notify`.
+//! - `addr`, `listen`: listening addresses and sockets.
+//! - `privileges`: dropping to the configured user, resource limits.
+//! - `shutdown`: drain, then stop.
+#![deny(unsafe_code)]
+
+mod addr;
+mod channel;
+pub mod control;
+mod daemon;
+mod error;
+mod fdpass;
+mod listen;
+mod master;
+mod notify;
+mod privileges;
+mod protocol;
+mod shutdown;
+mod worker;
+
+pub use addr::ListenAddr;
+pub use daemon::{main, Daemon, Plan, Serving};
+pub use error::Error;
+pub use listen::{bind_one, Listener, Listeners};
+pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, Settings};
+pub use shutdown::{channel as shutdown_channel, Phase, Shutdown, ShutdownHandle};

@@ -1,0 +1,459 @@
+//! The master: one process whose PID never changes, owning every listening socket, starting
+//! workers and retiring them.
+//!
+//! Everything the master does happens in one loop over events (worker messages and exits,
+//! control requests, signals, timers), so its state needs no locks and every step is in order.
+//!
+//! A reload: start worker N+1 → hand it every socket the master holds (batched, acknowledged) →
+//! bind any new address it asks for → it reports READY → only then tell worker N to soft-stop,
+//! keep exactly the sockets N+1 uses, answer everyone who asked. Any failure before READY (its
+//! configuration, a bind, a crash, no READY within `worker_start_timeout`) changes nothing but
+//! the answer.
+
+mod detach;
+mod proc;
+mod retire;
+mod spawn;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, oneshot};
+
+use self::spawn::{Spawned, WorkerEvent};
+use crate::daemon::{Daemon, Plan, EXIT_USAGE};
+use crate::notify::Notifier;
+use crate::protocol::{Request, Response, Role, Settings, ToMaster, ToWorker};
+use crate::{control, fdpass, privileges, ListenAddr, Listener};
+
+/// Sockets per message when handing them to a worker (well under SCM_MAX_FD).
+const SOCKETS_PER_BATCH: usize = fdpass::MAX_FDS_PER_MESSAGE;
+/// After SIGTERM (or HardStop), how long a worker has before SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+/// The current worker crashing this often in this window makes the master give up, so that
+/// SMF or systemd take over.
+const CRASH_LIMIT: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+const MAX_RESPAWN_DELAY: Duration = Duration::from_secs(8);
+
+pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
+    let plan = match D::load(&config) {
+        Ok(loaded) => D::plan(&loaded),
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // Resolved now: a reload execs this path, so a binary replaced on disk is picked up.
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("{}: cannot find its own executable: {e}", D::NAME);
+            return ExitCode::FAILURE;
+        }
+    };
+    if detach {
+        return detach::detach();
+    }
+    // Set when this master is the detached one that `-D` started.
+    let detached = detach::inherited();
+    privileges::raise_fd_limit();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{}: starting the runtime: {e}", D::NAME);
+            return ExitCode::FAILURE;
+        }
+    };
+    let config = std::path::absolute(&config).unwrap_or(config);
+    runtime.block_on(async move {
+        match Master::start(D::NAME, D::VERSION, exe, config, plan, detached).await {
+            Ok((master, events, control)) => master.run(events, control).await,
+            Err(e) => {
+                tracing::error!("{e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// One worker process as the master tracks it.
+#[derive(Debug)]
+struct Worker {
+    proc: Spawned,
+    role: Role,
+    started: Instant,
+    /// Successful reloads when it started, to count the reloads it survived.
+    reloads_at_start: u64,
+    version: String,
+    /// Waiting for its connection count.
+    status_waiters: VecDeque<oneshot::Sender<u64>>,
+    /// When it must be sent HardStop (hard_stop_after), and when SIGKILL (after SIGTERM).
+    hard_stop_at: Option<Instant>,
+    kill_at: Option<Instant>,
+    /// Sockets still to hand over while it starts, in batches.
+    pending_batches: VecDeque<Vec<ListenAddr>>,
+}
+
+/// The reload under way.
+#[derive(Debug)]
+struct Reload {
+    generation: u64,
+    started: Instant,
+    deadline: Instant,
+    waiters: Vec<oneshot::Sender<Response>>,
+    /// A failure already reported (the worker said Failed), so its exit adds nothing.
+    failed: bool,
+}
+
+type Events = mpsc::UnboundedReceiver<(u64, WorkerEvent)>;
+type ControlRequests = mpsc::UnboundedReceiver<(Request, oneshot::Sender<Response>)>;
+
+struct Master {
+    name: &'static str,
+    version: &'static str,
+    exe: PathBuf,
+    config: PathBuf,
+    control_path: PathBuf,
+    sockets: BTreeMap<ListenAddr, Listener>,
+    /// The addresses the current worker serves on.
+    current_listening: Vec<ListenAddr>,
+    workers: BTreeMap<u64, Worker>,
+    current: Option<u64>,
+    next_generation: u64,
+    reloads: u64,
+    started: Instant,
+    settings: Settings,
+    notifier: Notifier,
+    events_tx: mpsc::UnboundedSender<(u64, WorkerEvent)>,
+    reload: Option<Reload>,
+    queued: Vec<oneshot::Sender<Response>>,
+    queued_reload: bool,
+    crashes: VecDeque<Instant>,
+    respawn_at: Option<Instant>,
+    stopping: bool,
+    detached: Option<detach::ReadyPipe>,
+    exit: Option<ExitCode>,
+}
+
+impl std::fmt::Debug for Master {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Master").field("current", &self.current).field("workers", &self.workers).finish_non_exhaustive()
+    }
+}
+
+impl Master {
+    async fn start(
+        name: &'static str,
+        version: &'static str,
+        exe: PathBuf,
+        config: PathBuf,
+        plan: Plan,
+        detached: Option<detach::ReadyPipe>,
+    ) -> Result<(Master, Events, ControlRequests), crate::Error> {
+        let mut sockets = BTreeMap::new();
+        for address in &plan.listen {
+            let listener = crate::bind_one(address).map_err(|source| crate::Error::Bind { address: address.clone(), source })?;
+            sockets.insert(address.clone(), listener);
+        }
+        let control = control::bind(&plan.control_socket)?;
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        tokio::spawn(control::serve(control, move |request| {
+            let control_tx = control_tx.clone();
+            async move {
+                let (reply, answer) = oneshot::channel();
+                if control_tx.send((request, reply)).is_err() {
+                    return Response::Error { message: "the master is stopping".into() };
+                }
+                answer.await.unwrap_or(Response::Error { message: "the master is stopping".into() })
+            }
+        }));
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let master = Master {
+            name,
+            version,
+            exe,
+            config,
+            control_path: plan.control_socket,
+            sockets,
+            current_listening: Vec::new(),
+            workers: BTreeMap::new(),
+            current: None,
+            next_generation: 1,
+            reloads: 0,
+            started: Instant::now(),
+            settings: plan.settings,
+            notifier: Notifier::from_env(),
+            events_tx,
+            reload: None,
+            queued: Vec::new(),
+            queued_reload: false,
+            crashes: VecDeque::new(),
+            respawn_at: None,
+            stopping: false,
+            detached,
+            exit: None,
+        };
+        Ok((master, events_rx, control_rx))
+    }
+}
+
+impl Master {
+    async fn run(mut self, mut events: Events, mut control: ControlRequests) -> ExitCode {
+        let (Ok(mut hup), Ok(mut usr2), Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::hangup()),
+            signal(SignalKind::user_defined2()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return ExitCode::FAILURE;
+        };
+        self.start_reload(Vec::new()).await;
+        loop {
+            if let Some(code) = self.exit.take() {
+                self.cleanup();
+                return code;
+            }
+            let deadline = self.next_deadline();
+            tokio::select! {
+                Some((generation, event)) = events.recv() => self.on_worker(generation, event).await,
+                Some((request, reply)) = control.recv() => self.on_request(request, reply).await,
+                _ = hup.recv() => self.request_reload(None).await,
+                _ = usr2.recv() => self.request_reload(None).await,
+                _ = term.recv() => self.stop().await,
+                _ = int.recv() => self.stop().await,
+                _ = sleep_until(deadline) => self.on_timer().await,
+            }
+        }
+    }
+
+    fn cleanup(&mut self) {
+        let _ = std::fs::remove_file(&self.control_path);
+    }
+
+    /// A reload asked by a signal (no waiter) or the control socket.
+    async fn request_reload(&mut self, waiter: Option<oneshot::Sender<Response>>) {
+        if self.stopping {
+            if let Some(w) = waiter {
+                let _ = w.send(Response::ReloadFailed { error: "the master is stopping".into() });
+            }
+            return;
+        }
+        if self.reload.is_some() {
+            // Coalesced: everyone who asks during a reload gets the next one, which starts
+            // when this one ends and reads the configuration as it is then.
+            self.queued.extend(waiter);
+            self.queued_reload = true;
+            return;
+        }
+        self.start_reload(waiter.into_iter().collect()).await;
+    }
+
+    async fn start_reload(&mut self, waiters: Vec<oneshot::Sender<Response>>) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        if self.current.is_some() {
+            self.notifier.reloading(&format!("reloading: starting worker generation {generation}"));
+        }
+        let spawned = match spawn::spawn(&self.exe, &self.config, generation, self.events_tx.clone()) {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                let error = format!("cannot start a worker ({}): {e}", self.exe.display());
+                self.reload = Some(Reload { generation, started: Instant::now(), deadline: Instant::now(), waiters, failed: false });
+                Box::pin(self.fail_reload(error)).await;
+                return;
+            }
+        };
+        tracing::info!(pid = spawned.pid, generation, "starting worker");
+        let addresses: Vec<ListenAddr> = self.sockets.keys().cloned().collect();
+        let mut batches: VecDeque<Vec<ListenAddr>> = addresses.chunks(SOCKETS_PER_BATCH).map(<[_]>::to_vec).collect();
+        if batches.is_empty() {
+            batches.push_back(Vec::new());
+        }
+        let now = Instant::now();
+        self.workers.insert(
+            generation,
+            Worker {
+                proc: spawned,
+                role: Role::Starting,
+                started: now,
+                reloads_at_start: self.reloads,
+                version: String::new(),
+                status_waiters: VecDeque::new(),
+                hard_stop_at: None,
+                kill_at: None,
+                pending_batches: batches,
+            },
+        );
+        self.reload = Some(Reload {
+            generation,
+            started: now,
+            deadline: now + Duration::from_millis(self.settings.worker_start_timeout_ms),
+            waiters,
+            failed: false,
+        });
+        self.send_next_batch(generation).await;
+    }
+
+    /// Hand the next batch of sockets to a starting worker.
+    async fn send_next_batch(&mut self, generation: u64) {
+        let Some(worker) = self.workers.get_mut(&generation) else { return };
+        let Some(batch) = worker.pending_batches.pop_front() else { return };
+        let last = worker.pending_batches.is_empty();
+        let fds: Vec<_> = batch.iter().filter_map(|a| self.sockets.get(a)).map(|l| l.as_fd()).collect();
+        let message = ToWorker::Sockets { generation, addresses: batch, last };
+        if let Err(e) = worker.proc.tx.send(&message, &fds).await {
+            tracing::warn!(generation, "handing sockets to the worker: {e}");
+        }
+    }
+
+    async fn on_worker(&mut self, generation: u64, event: WorkerEvent) {
+        match event {
+            WorkerEvent::Message(ToMaster::Ack) => self.send_next_batch(generation).await,
+            WorkerEvent::Message(ToMaster::Bind { address }) => self.bind_for(generation, address).await,
+            WorkerEvent::Message(ToMaster::Ready { pid, generation: reported, version, listening, settings }) => {
+                if reported != generation {
+                    tracing::warn!(pid, generation, reported, "worker reported another generation");
+                }
+                self.ready(generation, version, listening, settings).await;
+            }
+            WorkerEvent::Message(ToMaster::Failed { error }) => {
+                if self.reload.as_ref().is_some_and(|r| r.generation == generation) {
+                    self.fail_reload(error).await;
+                }
+            }
+            WorkerEvent::Message(ToMaster::Status { connections }) => {
+                if let Some(waiter) = self.workers.get_mut(&generation).and_then(|w| w.status_waiters.pop_front()) {
+                    let _ = waiter.send(connections);
+                }
+            }
+            WorkerEvent::ChannelClosed => {}
+            WorkerEvent::Exited(status) => self.exited(generation, status).await,
+        }
+    }
+
+    /// A starting worker needs a socket the master does not hold: bind it now.
+    async fn bind_for(&mut self, generation: u64, address: ListenAddr) {
+        let Some(worker) = self.workers.get(&generation) else { return };
+        if !self.sockets.contains_key(&address) {
+            match crate::bind_one(&address) {
+                Ok(listener) => {
+                    tracing::info!(%address, "bound a new listening socket");
+                    self.sockets.insert(address.clone(), listener);
+                }
+                Err(e) => {
+                    let message = ToWorker::BindFailed { address, error: e.to_string() };
+                    let _ = worker.proc.tx.send(&message, &[]).await;
+                    return;
+                }
+            }
+        }
+        let fds: Vec<_> = self.sockets.get(&address).map(|l| l.as_fd()).into_iter().collect();
+        let _ = worker.proc.tx.send(&ToWorker::Bound { address }, &fds).await;
+    }
+
+    async fn ready(&mut self, generation: u64, version: String, listening: Vec<ListenAddr>, settings: Settings) {
+        let Some(reload) = self.reload.take_if(|r| r.generation == generation) else {
+            tracing::warn!(generation, "unexpected READY");
+            return;
+        };
+        let now = Instant::now();
+        let initial = self.current.is_none() && self.reloads == 0 && generation == 1;
+        if let Some(worker) = self.workers.get_mut(&generation) {
+            worker.role = Role::Current;
+            worker.version = version;
+        }
+        let previous = self.current.replace(generation);
+        self.settings = settings;
+        if let Some(old) = previous.and_then(|g| self.workers.get_mut(&g)) {
+            old.role = Role::Old;
+            old.hard_stop_at = self.settings.hard_stop_after_ms.map(|ms| now + Duration::from_millis(ms));
+            let _ = old.proc.tx.send(&ToWorker::SoftStop, &[]).await;
+        }
+        // Exactly the sockets the new worker uses stay open here; the others close once the
+        // old workers (which hold their own copies) are gone.
+        self.sockets.retain(|address, _| listening.contains(address));
+        self.current_listening = listening;
+        if !initial {
+            self.reloads += 1;
+        }
+        if let Some(worker) = self.workers.get_mut(&generation) {
+            worker.reloads_at_start = self.reloads;
+        }
+        self.enforce_max_old_workers(now);
+        let pid = self.workers.get(&generation).map_or(0, |w| w.proc.pid);
+        let took_ms = now.duration_since(reload.started).as_millis() as u64;
+        tracing::info!(pid, generation, took_ms, "{} worker ready", self.name);
+        self.notifier.ready(&format!("serving: worker {pid} generation {generation}"));
+        if let Some(pipe) = self.detached.take() {
+            pipe.ready();
+        }
+        for waiter in reload.waiters {
+            let _ = waiter.send(Response::Reloaded { pid, generation, took_ms });
+        }
+        self.crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
+        self.next_queued().await;
+    }
+
+    async fn fail_reload(&mut self, error: String) {
+        let Some(mut reload) = self.reload.take() else { return };
+        reload.failed = true;
+        tracing::error!(generation = reload.generation, "reload failed: {error}");
+        if let Some(worker) = self.workers.get_mut(&reload.generation) {
+            // It exits by itself after reporting; make sure of it.
+            worker.kill_at.get_or_insert(Instant::now() + KILL_GRACE);
+            worker.role = Role::Old;
+        }
+        // Sockets bound for the failed worker go; while nothing serves, everything stays.
+        if self.current.is_some() {
+            let keep = &self.current_listening;
+            self.sockets.retain(|address, _| keep.contains(address));
+        }
+        if self.current.is_none() {
+            // The very first worker (or a respawn) failed: nothing serves.
+            if let Some(pipe) = self.detached.take() {
+                pipe.failed(&error);
+            }
+            if self.reloads == 0 && reload.generation == 1 {
+                self.exit = Some(ExitCode::FAILURE);
+            } else {
+                self.schedule_respawn();
+            }
+        }
+        self.notifier.ready(&format!("reload failed: {}", error.lines().next().unwrap_or("")));
+        for waiter in reload.waiters {
+            let _ = waiter.send(Response::ReloadFailed { error: error.clone() });
+        }
+        self.next_queued().await;
+    }
+
+    async fn next_queued(&mut self) {
+        if self.queued_reload && !self.stopping {
+            self.queued_reload = false;
+            let waiters = std::mem::take(&mut self.queued);
+            self.start_reload(waiters).await;
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("signal {}", Signal::try_from(sig).map_or(sig.to_string(), |s| s.to_string())),
+        _ => status.to_string(),
+    }
+}

@@ -1,0 +1,180 @@
+//! Dropping root once the sockets are in hand, and raising the open-file limit.
+//!
+//! The master starts as root so that it can bind privileged ports, then (configuration
+//! `global.user` / `global.group`) switches to an unprivileged user for good. Sockets it already
+//! holds stay usable, and so do the sockets it binds later for a reload only if they need no
+//! privilege; that is the operator's trade-off to make.
+
+use nix::errno::Errno;
+use nix::unistd::{getegid, geteuid, setgid, setuid, Gid, Group, Uid, User};
+
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+
+use crate::Error;
+
+/// Switch to `user` and `group` (names): the supplementary groups become just `group`, then the
+/// group, then the user, in that order (once the user is changed, the rest is no longer
+/// allowed). `group` defaults to the user's primary group. Nothing to do when both are `None`.
+///
+/// Not running as root, asking for the user and group we already are is accepted (so that the
+/// same configuration works started as that user); anything else needs root.
+///
+/// glibc and musl apply `setuid`/`setgid` to every thread of the process, and illumos keeps
+/// credentials per process, so runtime threads already started switch too.
+pub(crate) fn drop_privileges(user: Option<&str>, group: Option<&str>) -> Result<(), Error> {
+    if user.is_none() && group.is_none() {
+        return Ok(());
+    }
+    let user = user.map(lookup_user).transpose()?;
+    let gid = match (group, &user) {
+        (Some(name), _) => lookup_group(name)?,
+        (None, Some(user)) => user.gid,
+        // Unreachable (both None returned above); the current group keeps this total.
+        (None, None) => getegid(),
+    };
+    let uid = user.as_ref().map(|u| u.uid);
+
+    if !geteuid().is_root() {
+        if uid.is_none_or(|uid| uid == geteuid()) && gid == getegid() {
+            return Ok(());
+        }
+        let who = user.as_ref().map_or_else(|| format!("group {gid}"), |u| format!("user {:?}", u.name));
+        return Err(Error::Privileges {
+            what: format!("switching to {who} needs root (running as uid {})", geteuid()),
+            source: Errno::EPERM,
+        });
+    }
+
+    set_groups(gid)?;
+    setgid(gid).map_err(|source| Error::Privileges { what: format!("setgid({gid})"), source })?;
+    if let Some(uid) = uid {
+        setuid(uid).map_err(|source| Error::Privileges { what: format!("setuid({uid})"), source })?;
+        // A setuid that left any way back to root would defeat the point; say so rather than
+        // run half-privileged.
+        if !uid.is_root() && setuid(Uid::from_raw(0)).is_ok() {
+            return Err(Error::Privileges {
+                what: format!("setuid({uid}) left root regainable"),
+                source: Errno::EPERM,
+            });
+        }
+    }
+    tracing::info!(uid = uid.map(Uid::as_raw), gid = gid.as_raw(), "dropped privileges");
+    Ok(())
+}
+
+fn lookup_user(name: &str) -> Result<User, Error> {
+    match User::from_name(name) {
+        Ok(Some(user)) => Ok(user),
+        Ok(None) => Err(Error::Privileges { what: format!("global.user: no user {name:?}"), source: Errno::ENOENT }),
+        Err(source) => Err(Error::Privileges { what: format!("global.user: looking up {name:?}"), source }),
+    }
+}
+
+fn lookup_group(name: &str) -> Result<Gid, Error> {
+    match Group::from_name(name) {
+        Ok(Some(group)) => Ok(group.gid),
+        Ok(None) => Err(Error::Privileges { what: format!("global.group: no group {name:?}"), source: Errno::ENOENT }),
+        Err(source) => Err(Error::Privileges { what: format!("global.group: looking up {name:?}"), source }),
+    }
+}
+
+/// Make `gid` the only supplementary group, so that root's (e.g. `root`, `sys` on illumos) do
+/// not survive the switch.
+#[cfg(not(target_vendor = "apple"))]
+fn set_groups(gid: Gid) -> Result<(), Error> {
+    nix::unistd::setgroups(&[gid]).map_err(|source| Error::Privileges { what: format!("setgroups([{gid}])"), source })
+}
+
+/// nix has no `setgroups` on Apple systems (their group model differs); they are development
+/// platforms only, so root's supplementary groups are left as they are there.
+#[cfg(target_vendor = "apple")]
+fn set_groups(_gid: Gid) -> Result<(), Error> {
+    Ok(())
+}
+
+/// Raise the soft `RLIMIT_NOFILE` to the hard limit: a proxied connection holds two fds, and the
+/// usual soft default (1024 on Linux, 256 on illumos) would cap us at a few hundred clients.
+/// Returns the soft limit now in force (`u64::MAX` for unlimited); a failure is logged and leaves
+/// the old one.
+///
+/// rustix rather than nix here: nix 0.30 has no `sys::resource` on illumos.
+pub(crate) fn raise_fd_limit() -> u64 {
+    // rustix says `None` for unlimited.
+    let Rlimit { current, maximum } = getrlimit(Resource::Nofile);
+    let Some(soft) = current else { return u64::MAX };
+    let hard = maximum.unwrap_or(u64::MAX);
+    if soft >= hard {
+        return soft;
+    }
+    match setrlimit(Resource::Nofile, Rlimit { current: maximum, maximum }) {
+        Ok(()) => {
+            tracing::debug!(from = soft, to = hard, "raised the open-file limit");
+            hard
+        }
+        Err(e) => {
+            // macOS, for one, refuses an unlimited hard limit as the soft one (OPEN_MAX caps it).
+            tracing::warn!("cannot raise the open-file limit from {soft} to {hard}: {e}");
+            soft
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raise_fd_limit_never_lowers() {
+        let before = getrlimit(Resource::Nofile);
+        let now = raise_fd_limit();
+        assert!(now >= before.current.unwrap_or(u64::MAX), "{now} < {before:?}");
+        assert!(now <= before.maximum.unwrap_or(u64::MAX));
+        assert_eq!(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX), now);
+        // Idempotent: already at the hard limit.
+        assert_eq!(raise_fd_limit(), now);
+    }
+
+    #[test]
+    fn nothing_to_drop_is_ok() {
+        assert!(drop_privileges(None, None).is_ok());
+    }
+
+    #[test]
+    fn unknown_user_or_group_is_named() {
+        let err = drop_privileges(Some("lb-no-such-user"), None).expect_err("no such user");
+        assert!(err.to_string().contains("global.user: no user \"lb-no-such-user\""), "{err}");
+        let err = drop_privileges(None, Some("lb-no-such-group")).expect_err("no such group");
+        assert!(err.to_string().contains("global.group: no group \"lb-no-such-group\""), "{err}");
+        let err = drop_privileges(Some("root"), Some("lb-no-such-group")).expect_err("no such group");
+        assert!(err.to_string().contains("lb-no-such-group"), "{err}");
+    }
+
+    /// The real switch, in a child process (this test binary run again for just this test), so
+    /// that the test process itself keeps its privileges.
+    #[test]
+    fn drops_to_nobody_in_a_child() {
+        const CHILD: &str = "LB_SUPERVISOR_TEST_DROP_CHILD";
+        let Ok(Some(nobody)) = User::from_name("nobody") else { return };
+        if std::env::var_os(CHILD).is_some() {
+            drop_privileges(Some("nobody"), None).expect("drop to nobody");
+            assert_eq!(nix::unistd::getuid(), nobody.uid);
+            assert_eq!(geteuid(), nobody.uid);
+            assert_eq!(getegid(), nobody.gid);
+            assert_eq!(nix::unistd::getgroups().expect("getgroups"), vec![nobody.gid]);
+            assert!(setuid(Uid::from_raw(0)).is_err());
+            return;
+        }
+        if !geteuid().is_root() {
+            return;
+        }
+        let exe = std::env::current_exe().expect("current_exe");
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "privileges::tests::drops_to_nobody_in_a_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .expect("run the child");
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child failed: {report}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(report.contains("1 passed"), "the child did not run the test: {report}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Every message the lb processes exchange, defined once.
+//!
+//! Two conversations:
+//! - **control**: an operator tool (lbctl) or lb-watcher asks the master over its control socket
+//!   (a Unix socket, mode 0600). One JSON [`Request`] per line, one JSON [`Response`] per line.
+//! - **channel**: the master and each of its workers, over a private socketpair, frames of JSON
+//!   ([`ToWorker`], [`ToMaster`]) that may carry file descriptors (the listening sockets).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ListenAddr;
+
+/// What a client of the control socket asks the master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Request {
+    /// Start a new worker on the configuration file as it is now; answer once it serves (or
+    /// failed). Concurrent reloads are serialised and coalesced: each waiter gets the result of
+    /// a reload that started after it asked.
+    Reload,
+    /// The master and its workers.
+    ShowProc,
+    /// A runtime command line for the current worker (`show stat`, `set server …`).
+    Runtime { line: String },
+}
+
+/// The master's answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Response {
+    /// The new worker serves.
+    Reloaded { pid: u32, generation: u64, took_ms: u64 },
+    /// Nothing changed: the previous worker keeps serving. `error` holds the worker's own
+    /// messages (`file:line:col: field: problem`) or what went wrong starting it.
+    ReloadFailed { error: String },
+    Proc(ProcTable),
+    /// A runtime command's output, as the worker wrote it.
+    Runtime { output: String },
+    /// The request itself could not be served (malformed, or no worker to route it to).
+    Error { message: String },
+}
+
+/// `show proc`: the master and every worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcTable {
+    pub master: ProcEntry,
+    pub workers: Vec<ProcEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcEntry {
+    pub pid: u32,
+    pub role: Role,
+    /// The reload that started it (the first worker is generation 1; the master is 0).
+    pub generation: u64,
+    /// Reloads since it started (for the master: reloads in all).
+    pub reloads: u64,
+    pub uptime_secs: u64,
+    /// The version of the binary it runs (a reload picks up a new binary on disk).
+    pub version: String,
+    /// Client connections it still has; `None` when it did not answer in time.
+    pub connections: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Master,
+    /// Serving new connections.
+    Current,
+    /// Draining after a reload.
+    Old,
+    /// Started by a reload, not ready yet.
+    Starting,
+}
+
+/// Master → worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum ToWorker {
+    /// A batch of the listening sockets the master holds: one fd per address, in order.
+    /// The worker acknowledges each batch; `last` marks the final one.
+    Sockets { generation: u64, addresses: Vec<ListenAddr>, last: bool },
+    /// The socket asked for with [`ToMaster::Bind`] (one fd attached).
+    Bound { address: ListenAddr },
+    BindFailed { address: ListenAddr, error: String },
+    /// Stop accepting, finish what is in flight, exit when the last connection ends.
+    SoftStop,
+    /// Close everything and exit now.
+    HardStop,
+    /// Report [`ToMaster::Status`].
+    Status,
+}
+
+/// Worker → master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum ToMaster {
+    /// A [`ToWorker::Sockets`] batch arrived whole.
+    Ack,
+    /// Bind a socket the master does not hold yet (the new configuration listens there).
+    Bind { address: ListenAddr },
+    /// Serving. `listening`: the addresses it adopted; the master keeps exactly these.
+    Ready { pid: u32, generation: u64, version: String, listening: Vec<ListenAddr>, settings: Settings },
+    /// Could not start; the worker exits after sending this.
+    Failed { error: String },
+    Status { connections: u64 },
+}
+
+/// What the master takes from a worker's configuration at each reload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Old workers kept draining at most; beyond, the oldest is stopped.
+    pub max_old_workers: usize,
+    /// An old worker still draining after this long is stopped (`None`: never).
+    pub hard_stop_after_ms: Option<u64>,
+    /// A new worker that is not ready within this long is a failed reload.
+    pub worker_start_timeout_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { max_old_workers: 10, hard_stop_after_ms: None, worker_start_timeout_ms: 10_000 }
+    }
+}

@@ -1,0 +1,170 @@
+//! A worker's side: receive the master's sockets, adopt those the configuration needs (asking the
+//! master to bind new ones), drop privileges, serve, report READY; then follow the master's
+//! orders (soft stop, hard stop, status) until the last connection has ended.
+//!
+//! A worker never binds a listening socket itself: a socket the configuration needs that the
+//! master did not hand over is asked for by name, and a refusal fails the start. So a reload can
+//! never silently serve on a fresh socket beside the old one.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::channel::{Channel, ChannelReceiver, ChannelSender};
+use crate::daemon::{Daemon, EXIT_USAGE};
+use crate::protocol::{ToMaster, ToWorker};
+use crate::{fdpass, privileges, shutdown, ListenAddr, Listener, Listeners};
+
+/// The environment variable naming the worker's end of its channel to the master.
+pub(crate) const CHANNEL_FD_ENV: &str = "LB_SUPERVISOR_FD";
+
+pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
+    let channel_fd = match std::env::var(CHANNEL_FD_ENV).ok().and_then(|v| v.parse().ok()) {
+        Some(fd) => fd,
+        None => {
+            eprintln!("{}: --worker is started by the master only ({CHANNEL_FD_ENV} is not set)", D::NAME);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let config = D::load(config_path);
+    let threads = config.as_ref().ok().and_then(|c| D::plan(c).worker_threads);
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        runtime.worker_threads(n);
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{}: starting the runtime: {e}", D::NAME);
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let channel = match fdpass::take_inherited(channel_fd).and_then(Channel::from_inherited_fd) {
+            Ok(channel) => channel,
+            Err(e) => {
+                eprintln!("{}: worker channel: {e}", D::NAME);
+                return ExitCode::FAILURE;
+            }
+        };
+        let (tx, rx) = channel.split();
+        match serve::<D>(config, tx.clone(), rx).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                // The master relays this to whoever asked for the reload.
+                let _ = tx.send(&ToMaster::Failed { error: error.clone() }, &[]).await;
+                tracing::error!("{error}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        }
+    })
+}
+
+async fn serve<D: Daemon>(
+    config: Result<D::Config, String>,
+    tx: ChannelSender,
+    mut rx: ChannelReceiver,
+) -> Result<(), String> {
+    let (generation, mut held) = receive_sockets(&tx, &mut rx).await?;
+    let config = config?;
+    let plan = D::plan(&config);
+    let mut listeners = Listeners::new();
+    for address in &plan.listen {
+        let fd = match held.remove(address) {
+            Some(fd) => fd,
+            None => ask_master_to_bind(address, &tx, &mut rx).await?,
+        };
+        let listener =
+            Listener::from_fd(address, fd).map_err(|e| format!("the socket handed over for {address}: {e}"))?;
+        listeners.insert(address.clone(), listener);
+    }
+    // Sockets this configuration no longer uses: this process's copies close now; the master
+    // closes its own once this worker is ready.
+    drop(held);
+    privileges::drop_privileges(plan.user.as_deref(), plan.group.as_deref()).map_err(|e| e.to_string())?;
+
+    let (handle, shutdown) = shutdown::channel();
+    let serving = D::start(Arc::new(config), listeners, shutdown).await?;
+    let ready = ToMaster::Ready {
+        pid: std::process::id(),
+        generation,
+        version: D::VERSION.to_owned(),
+        listening: plan.listen.clone(),
+        settings: plan.settings.clone(),
+    };
+    tx.send(&ready, &[]).await.map_err(|e| format!("reporting ready: {e}"))?;
+    tracing::info!(generation, "worker serving");
+
+    // SIGTERM from the master means "stop now" (an old worker beyond max_old_workers); the
+    // signals meant for the master (a terminal's ^C, SIGHUP, SIGUSR2) are ignored here.
+    let signals = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup(), SignalKind::user_defined2()];
+    let mut streams = Vec::new();
+    for kind in signals {
+        streams.push(signal(kind).map_err(|e| format!("signal handler: {e}"))?);
+    }
+    let [term, ..] = streams.as_mut_slice() else { return Err("signal handlers".into()) };
+    let mut done = serving.done;
+    let mut master_alive = true;
+    loop {
+        tokio::select! {
+            _ = &mut done => return Ok(()),
+            _ = term.recv() => handle.stop(),
+            message = rx.recv::<ToWorker>(), if master_alive => match message {
+                Ok(Some((ToWorker::SoftStop, _))) => handle.drain(),
+                Ok(Some((ToWorker::HardStop, _))) => handle.stop(),
+                Ok(Some((ToWorker::Status, _))) => {
+                    let _ = tx.send(&ToMaster::Status { connections: (serving.connections)() }, &[]).await;
+                }
+                Ok(Some((other, _))) => tracing::warn!("unexpected message from the master: {other:?}"),
+                Ok(None) | Err(_) => {
+                    // The master is gone: nobody can hand our sockets on, so drain and exit.
+                    tracing::warn!("master gone: draining");
+                    master_alive = false;
+                    handle.drain();
+                }
+            },
+        }
+    }
+}
+
+/// The master's sockets, in acknowledged batches.
+async fn receive_sockets(
+    tx: &ChannelSender,
+    rx: &mut ChannelReceiver,
+) -> Result<(u64, BTreeMap<ListenAddr, OwnedFd>), String> {
+    let mut held = BTreeMap::new();
+    loop {
+        match rx.recv::<ToWorker>().await {
+            Ok(Some((ToWorker::Sockets { generation, addresses, last }, fds))) => {
+                if addresses.len() != fds.len() {
+                    return Err(format!("the master named {} sockets but sent {}", addresses.len(), fds.len()));
+                }
+                held.extend(addresses.into_iter().zip(fds));
+                tx.send(&ToMaster::Ack, &[]).await.map_err(|e| format!("acknowledging sockets: {e}"))?;
+                if last {
+                    return Ok((generation, held));
+                }
+            }
+            Ok(Some((other, _))) => return Err(format!("expected sockets from the master, got {other:?}")),
+            Ok(None) => return Err("the master closed the channel".into()),
+            Err(e) => return Err(format!("receiving sockets: {e}")),
+        }
+    }
+}
+
+async fn ask_master_to_bind(address: &ListenAddr, tx: &ChannelSender, rx: &mut ChannelReceiver) -> Result<OwnedFd, String> {
+    tx.send(&ToMaster::Bind { address: address.clone() }, &[]).await.map_err(|e| format!("asking to bind: {e}"))?;
+    match rx.recv::<ToWorker>().await {
+        Ok(Some((ToWorker::Bound { address: got }, mut fds))) if &got == address && fds.len() == 1 => {
+            fds.pop().ok_or_else(|| format!("no socket came for {address}"))
+        }
+        Ok(Some((ToWorker::BindFailed { address, error }, _))) => Err(format!("cannot bind {address}: {error}")),
+        Ok(Some((other, _))) => Err(format!("expected the socket for {address}, got {other:?}")),
+        Ok(None) => Err("the master closed the channel".into()),
+        Err(e) => Err(format!("receiving the socket for {address}: {e}")),
+    }
+}

@@ -30,6 +30,8 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Limits are set here, not inherited by chance: two fds per proxied connection.
+    privileges::raise_fd_limit();
     let config = D::load(config_path);
     let threads = config.as_ref().ok().and_then(|c| D::plan(c).worker_threads);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();

@@ -39,6 +39,6 @@ impl Daemon for ProxyDaemon {
     async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
         let server = crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?;
         let connections = server.connections_counter();
-        Ok(Serving { connections: Box::new(move || connections()), done: Box::pin(server.wait()) })
+        Ok(Serving { connections: Box::new(connections), done: Box::pin(server.wait()) })
     }
 }

@@ -7,13 +7,6 @@ use lb_config::ListenAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot bind {address}: {source}")]
-    Bind {
-        address: ListenAddr,
-        #[source]
-        source: io::Error,
-    },
-
     #[error("frontend {frontend}: no listening socket for {address} was handed over")]
     MissingListener { frontend: String, address: ListenAddr },
 

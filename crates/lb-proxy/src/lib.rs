@@ -3,8 +3,8 @@
 //!
 //! The binary `lb-proxy` is lb-supervisor's master and workers ([`ProxyDaemon`]): the master
 //! binds the listening sockets and passes them by fd to each worker, which serves them with
-//! [`start`]. Anyone may serve without a master: bind ([`bind`]), then [`run`] with the
-//! sockets, a [`Shutdown`] to stop softly or at once, and a validated [`lb_config::Config`].
+//! [`start`]. Anyone may serve without a master: bind ([`lb_supervisor::bind_all`] of
+//! [`lb_config::Config::listen_addrs`]), then [`run`] with the sockets, a [`Shutdown`] to stop softly or at once, and a validated [`lb_config::Config`].
 //! Tests call [`run`] the same way with port-0 sockets.
 //!
 //! Main types: [`ProxyDaemon`], [`Server`] (a started proxy), lb-supervisor's [`Listeners`]
@@ -13,7 +13,7 @@
 //!
 //! # Layout
 //! - `daemon`: [`ProxyDaemon`], what lb-supervisor runs.
-//! - `listener`: binding a configuration's sockets, the client stream type.
+//! - `listener`: the client stream type.
 //! - `serve`: the running proxy: accept loops with connection limits, dispatch by mode, drain.
 //! - `http`: HTTP mode (hyper on both sides): routing, forwarding headers, timeouts, errors.
 //! - `tcp`: TCP mode: bidirectional copy with half-close.
@@ -39,7 +39,6 @@ mod tcp;
 pub use daemon::ProxyDaemon;
 pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
-pub use listener::bind;
 pub use serve::{run, start, Server};
 
 #[doc(hidden)]

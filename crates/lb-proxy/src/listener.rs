@@ -1,28 +1,15 @@
-//! Binding a configuration's listening sockets, and the client stream type.
+//! The client stream type: an accepted TCP or Unix connection.
 //!
-//! The sockets themselves ([`Listener`], [`Listeners`]) are lb-supervisor's: its master binds
-//! them and passes them to workers by fd. A process that serves alone binds them here.
+//! Listening sockets are lb-supervisor's ([`lb_supervisor::Listener`]): its master binds them
+//! and passes them to workers by fd.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use lb_config::Config;
-use lb_supervisor::{bind_one, Listeners};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::Error;
-
-/// Bind every address the config listens on.
-pub fn bind(config: &Config) -> Result<Listeners, Error> {
-    let mut listeners = Listeners::new();
-    for address in config.listen_addrs() {
-        let listener = bind_one(&address).map_err(|source| Error::Bind { address: address.clone(), source })?;
-        listeners.insert(address, listener);
-    }
-    Ok(listeners)
-}
 
 /// An accepted client connection, TCP or Unix.
 #[derive(Debug)]

@@ -81,7 +81,7 @@ impl FrontendState {
 
     /// The backend for a request: the first rule that matches, else the default backend.
     pub(crate) fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<BackendState>> {
-        let host = host.map(|h| strip_port(h));
+        let host = host.map(strip_port);
         self.routes
             .iter()
             .find(|(rule, _)| {

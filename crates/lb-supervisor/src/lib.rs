@@ -46,6 +46,6 @@ mod worker;
 pub use addr::ListenAddr;
 pub use daemon::{main, Daemon, Plan, Serving};
 pub use error::Error;
-pub use listen::{bind_one, Listener, Listeners};
+pub use listen::{bind_all, bind_one, Listener, Listeners};
 pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, Settings};
 pub use shutdown::{channel as shutdown_channel, Phase, Shutdown, ShutdownHandle};

@@ -79,6 +79,16 @@ impl IntoIterator for Listeners {
     }
 }
 
+/// Bind every address, in order; the first failure is the error.
+pub fn bind_all(addresses: &[ListenAddr]) -> Result<Listeners, crate::Error> {
+    let mut listeners = Listeners::new();
+    for address in addresses {
+        let listener = bind_one(address).map_err(|source| crate::Error::Bind { address: address.clone(), source })?;
+        listeners.insert(address.clone(), listener);
+    }
+    Ok(listeners)
+}
+
 /// Bind one address: TCP with `SO_REUSEADDR` (and v6-only for IPv6, so `[::]` and `0.0.0.0` can
 /// both be bound), or a Unix socket path (a stale socket file left by a dead process is replaced;
 /// a live one is an error).

@@ -156,11 +156,7 @@ impl Master {
         plan: Plan,
         detached: Option<detach::ReadyPipe>,
     ) -> Result<(Master, Events, ControlRequests), crate::Error> {
-        let mut sockets = BTreeMap::new();
-        for address in &plan.listen {
-            let listener = crate::bind_one(address).map_err(|source| crate::Error::Bind { address: address.clone(), source })?;
-            sockets.insert(address.clone(), listener);
-        }
+        let sockets: BTreeMap<ListenAddr, Listener> = crate::bind_all(&plan.listen)?.into_iter().collect();
         let control = control::bind(&plan.control_socket)?;
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         tokio::spawn(control::serve(control, move |request| {

@@ -38,10 +38,13 @@ pub(crate) struct Upstream {
     pub(crate) queue_ms: i64,
 }
 
+/// A server, by backend name and index.
+type ServerKey = (String, usize);
+
 /// Idle server connections of `http_reuse: safe` backends.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    idle: Mutex<HashMap<(String, usize), Vec<(Sender, Instant)>>>,
+    idle: Mutex<HashMap<ServerKey, Vec<(Sender, Instant)>>>,
 }
 
 impl Pool {

@@ -13,7 +13,7 @@ mod headers;
 mod upstream;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -32,6 +32,10 @@ pub(crate) use self::upstream::Pool;
 /// hyper's read buffer cannot be smaller than this.
 const MIN_HEADER_BUFFER: usize = 8192;
 
+/// While a request is served the watchdog looks again after the shorter of `http_request` and
+/// `http_keep_alive`, but not more often than this.
+const BUSY_RECHECK_MIN: Duration = Duration::from_millis(100);
+
 /// What every request of one client connection shares.
 #[derive(Debug)]
 pub(crate) struct ConnCtx {
@@ -48,7 +52,12 @@ pub(crate) struct ConnCtx {
 
 pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
     let timeouts = fe.config.timeouts;
-    let activity = Activity::new(Instant::now(), fe.config.max_header_size.max(MIN_HEADER_BUFFER));
+    let activity = Activity::new(
+        Instant::now(),
+        fe.config.max_header_size.max(MIN_HEADER_BUFFER),
+        timeouts.http_request,
+        timeouts.http_keep_alive,
+    );
     let ctx = Arc::new(ConnCtx {
         proxy: proxy.clone(),
         fe: fe.clone(),
@@ -71,39 +80,55 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
     let conn = builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service);
     tokio::pin!(conn);
 
+    // The watchdog's timer is set for the current deadline, or, while a request is served, for
+    // a look again later; whenever it fires the state is read anew (a deadline may have moved
+    // later meanwhile: re-armed), and `activity.changed()` wakes it only when one moved earlier.
+    let busy_recheck = timeouts.http_request.min(timeouts.http_keep_alive).max(BUSY_RECHECK_MIN);
+    let timer = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(timer);
     let mut ending = false;
     let mut draining = false;
     let mut stop = shutdown.clone();
+    let drain_started = shutdown.draining();
+    tokio::pin!(drain_started);
+    let stop_asked = stop.stopped();
+    tokio::pin!(stop_asked);
     let result = loop {
-        let deadline = match activity.watch() {
-            _ if ending => None,
-            Watch::Busy => None,
-            Watch::Idle { since, requests: 0 } => Some(since + timeouts.http_request),
-            Watch::Idle { since, .. } => Some(since + timeouts.http_keep_alive),
-            Watch::Reading { since } => Some(since + timeouts.http_request),
-        };
         tokio::select! {
             result = conn.as_mut() => break result,
-            _ = activity.changed() => {}
-            _ = sleep_until(deadline) => {
-                match activity.watch() {
-                    Watch::Reading { since } if since + timeouts.http_request <= Instant::now() => {
+            _ = activity.changed(), if !ending => {
+                // A deadline moved earlier: set the timer for it (it may have passed already).
+                let now = Instant::now();
+                let at = activity.watch().deadline(timeouts.http_request, timeouts.http_keep_alive);
+                let at = at.unwrap_or(now + busy_recheck);
+                activity.arm(at);
+                timer.as_mut().reset(at.into());
+            }
+            () = timer.as_mut(), if !ending => {
+                let now = Instant::now();
+                let watch = activity.watch();
+                match (watch, watch.deadline(timeouts.http_request, timeouts.http_keep_alive)) {
+                    (Watch::Reading { since }, Some(at)) if at <= now => {
                         activity.reply_and_end(errors::raw(&fe.config.error_pages, 408));
                         bad_request(&ctx, since, 408, *b"cR");
                         ending = true;
                     }
-                    Watch::Idle { .. } => {
+                    (Watch::Idle { .. }, Some(at)) if at <= now => {
                         activity.end_when_idle();
                         ending = true;
                     }
-                    _ => {}
+                    (_, at) => {
+                        let at = at.unwrap_or(now + busy_recheck);
+                        activity.arm(at);
+                        timer.as_mut().reset(at.into());
+                    }
                 }
             }
-            _ = shutdown.draining(), if !draining => {
+            () = &mut drain_started, if !draining => {
                 draining = true;
                 activity.end_when_idle();
             }
-            _ = stop.stopped() => return,
+            () = &mut stop_asked => return,
         }
     };
     if let Err(e) = result {
@@ -115,13 +140,6 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
             };
             bad_request(&ctx, since, 400, *b"PR");
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -12,7 +12,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
@@ -21,8 +21,13 @@ use tokio::sync::Notify;
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<State>,
-    /// Wakes the watchdog whenever what it watches changes.
+    /// Wakes the watchdog when a change brings its deadline before the one its timer is set
+    /// for. Later deadlines need no wake-up: the watchdog re-reads the state when its timer
+    /// fires, so a request costs no wake-up at all in the usual case.
     changed: Notify,
+    /// The frontend's `http_request` and `http_keep_alive` timeouts.
+    request_timeout: Duration,
+    keep_alive_timeout: Duration,
 }
 
 struct State {
@@ -43,6 +48,8 @@ struct State {
     /// count of bytes sent (head and body, HAProxy's bytes_read) known.
     pending_log: Option<PendingLog>,
     io_closed: bool,
+    /// What the watchdog's timer is set for (`None`: not yet set).
+    armed: Option<Instant>,
 }
 
 type PendingLog = Box<dyn FnOnce(u64) + Send>;
@@ -79,9 +86,29 @@ pub(crate) enum Watch {
     Reading { since: Instant },
 }
 
+impl Watch {
+    /// When the watchdog must act, given the frontend's `http_request` and `http_keep_alive`
+    /// timeouts; `None` while a request is served.
+    pub(crate) fn deadline(self, request_timeout: Duration, keep_alive_timeout: Duration) -> Option<Instant> {
+        match self {
+            Watch::Busy => None,
+            Watch::Idle { since, requests: 0 } => Some(since + request_timeout),
+            Watch::Idle { since, .. } => Some(since + keep_alive_timeout),
+            Watch::Reading { since } => Some(since + request_timeout),
+        }
+    }
+}
+
 impl Activity {
     /// `head_limit`: the frontend's max header size; longer heads are not kept for checking.
-    pub(crate) fn new(accepted: Instant, head_limit: usize) -> Arc<Self> {
+    /// `request_timeout`, `keep_alive_timeout`: the frontend's `http_request` and
+    /// `http_keep_alive`, for [`Watch::deadline`].
+    pub(crate) fn new(
+        accepted: Instant,
+        head_limit: usize,
+        request_timeout: Duration,
+        keep_alive_timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Activity {
             state: Mutex::new(State {
                 in_request: false,
@@ -96,8 +123,11 @@ impl Activity {
                 head_limit,
                 pending_log: None,
                 io_closed: false,
+                armed: None,
             }),
             changed: Notify::new(),
+            request_timeout,
+            keep_alive_timeout,
         })
     }
 
@@ -106,17 +136,37 @@ impl Activity {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Resolves after the next change of what [`watch`](Self::watch) returns.
+    /// Resolves after a change that brought the deadline of [`watch`](Self::watch) before the
+    /// one last [`arm`](Self::arm)ed (or any change with a deadline, while none is armed).
     pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 
     pub(crate) fn watch(&self) -> Watch {
-        let s = self.lock();
+        Self::watch_of(&self.lock())
+    }
+
+    fn watch_of(s: &State) -> Watch {
         match (s.in_request, s.first_byte) {
             (true, _) => Watch::Busy,
             (false, Some((since, _))) => Watch::Reading { since },
             (false, None) => Watch::Idle { since: s.idle_since, requests: s.requests },
+        }
+    }
+
+    /// The watchdog's timer is now set for `at`: changes that bring the deadline before it
+    /// wake [`changed`](Self::changed).
+    pub(crate) fn arm(&self, at: Instant) {
+        self.lock().armed = Some(at);
+    }
+
+    /// What the state now watches changed: wake the watchdog if its timer would be late.
+    fn deadline_changed(&self, s: &State) {
+        let deadline = Self::watch_of(s).deadline(self.request_timeout, self.keep_alive_timeout);
+        if let Some(deadline) = deadline {
+            if s.armed.is_none_or(|armed| deadline < armed) {
+                self.changed.notify_one();
+            }
         }
     }
 
@@ -132,7 +182,7 @@ impl Activity {
         if s.head.capacity() > 2 * MIN_HEAD_CAPACITY {
             s.head.shrink_to(MIN_HEAD_CAPACITY);
         }
-        self.changed.notify_one();
+        // Busy: no deadline, nothing for the watchdog to do sooner.
         let (at, wall) = s.first_byte.take().unwrap_or_else(|| (Instant::now(), SystemTime::now()));
         (at, wall, conflict)
     }
@@ -166,7 +216,7 @@ impl Activity {
         let mut s = self.lock();
         s.in_request = false;
         s.idle_since = Instant::now();
-        self.changed.notify_one();
+        self.deadline_changed(&s);
     }
 
     /// End the connection at its next idle read.
@@ -257,7 +307,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
                 if !s.in_request {
                     if s.first_byte.is_none() {
                         s.first_byte = Some((Instant::now(), SystemTime::now()));
-                        this.activity.changed.notify_one();
+                        this.activity.deadline_changed(&s);
                     }
                     let room = s.head_limit.saturating_sub(s.head.len());
                     let new = &buf.filled()[before..];

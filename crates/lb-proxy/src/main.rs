@@ -69,10 +69,18 @@ fn init_tracing() {
 }
 
 fn serve(config: Arc<lb_config::Config>) -> anyhow::Result<()> {
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = config.global.worker_threads {
-        runtime.worker_threads(n);
-    }
+    // One worker thread: a current-thread runtime, which drives the same tasks on one thread
+    // without the work-stealing scheduler's cross-thread bookkeeping (cheaper per wake-up).
+    let mut runtime = match config.global.worker_threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = n {
+                runtime.worker_threads(n);
+            }
+            runtime
+        }
+    };
     let runtime = runtime.enable_all().build().context("starting the runtime")?;
     runtime.block_on(async {
         let listeners = lb_proxy::bind(&config)?;

@@ -48,6 +48,8 @@ pub(crate) struct ConnCtx {
     pinned: Mutex<Option<Upstream>>,
     /// `X-Forwarded-Proto: https`: the frontend is marked TLS or the PROXY header said SSL.
     https: bool,
+    /// The client's `X-Forwarded-For` value, when there is a client address.
+    forwarded_for: Option<http::HeaderValue>,
 }
 
 pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
@@ -62,6 +64,7 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
         proxy: proxy.clone(),
         fe: fe.clone(),
         https: fe.config.tls || facts.tls.is_some(),
+        forwarded_for: headers::forwarded_for(facts.client.map(|c| c.ip())),
         facts,
         activity: activity.clone(),
         shutdown: shutdown.clone(),

@@ -172,12 +172,14 @@ impl Activity {
 
     /// Headers of a request are complete: returns when its first byte came (monotonic, wall)
     /// and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
-    pub(crate) fn request_started(&self) -> (Instant, SystemTime, Option<&'static str>) {
+    /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
+    /// it; without it there is no conflict to look for and the raw head is not parsed again).
+    pub(crate) fn request_started(&self, has_transfer_encoding: bool) -> (Instant, SystemTime, Option<&'static str>) {
         let mut s = self.lock();
         s.in_request = true;
         s.requests += 1;
         s.response_base = s.written;
-        let conflict = framing_conflict(&s.head);
+        let conflict = if has_transfer_encoding { framing_conflict(&s.head) } else { None };
         s.head.clear();
         if s.head.capacity() > 2 * MIN_HEAD_CAPACITY {
             s.head.shrink_to(MIN_HEAD_CAPACITY);

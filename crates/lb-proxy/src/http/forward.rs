@@ -98,7 +98,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
-    let (first_byte, accept_date, conflict) = ctx.activity.request_started();
+    let has_te = req.headers().contains_key(header::TRANSFER_ENCODING);
+    let (first_byte, accept_date, conflict) = ctx.activity.request_started(has_te);
     let mut ex = Exchange {
         ctx: ctx.clone(),
         accept_date,

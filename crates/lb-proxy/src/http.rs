@@ -90,14 +90,19 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
     let timer = tokio::time::sleep_until(tokio::time::Instant::now());
     tokio::pin!(timer);
     let mut ending = false;
-    let mut draining = false;
+    // A drain ends the connection once idle; a hard stop drops it. One future for both, so
+    // that each wake-up of this task polls one shutdown future, not two.
     let mut stop = shutdown.clone();
-    let drain_started = shutdown.draining();
-    tokio::pin!(drain_started);
-    let stop_asked = stop.stopped();
-    tokio::pin!(stop_asked);
+    let drain_activity = activity.clone();
+    let shutdown_steps = async move {
+        shutdown.draining().await;
+        drain_activity.end_when_idle();
+        stop.stopped().await;
+    };
+    tokio::pin!(shutdown_steps);
     let result = loop {
         tokio::select! {
+            biased;
             result = conn.as_mut() => break result,
             _ = activity.changed(), if !ending => {
                 // A deadline moved earlier: set the timer for it (it may have passed already).
@@ -127,11 +132,7 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
                     }
                 }
             }
-            () = &mut drain_started, if !draining => {
-                draining = true;
-                activity.end_when_idle();
-            }
-            () = &mut stop_asked => return,
+            () = &mut shutdown_steps => return,
         }
     };
     if let Err(e) = result {

@@ -5,8 +5,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Request;
 
 /// Headers that describe one hop's connection and never travel on (RFC 9110 §7.6.1), and the
-/// two legacy ones of the same kind. `Connection` first.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// two legacy ones of the same kind. `Connection` first. (A static: a const array would be
+/// built and dropped at every use.)
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     header::TE,
     header::TRAILER,
@@ -17,6 +18,22 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("proxy-connection"),
 ];
 
+/// The index of `name` in [`HOP_BY_HOP`] (a match on the name: cheaper than comparing it with
+/// each of them).
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    Some(match name.as_str() {
+        "connection" => 0,
+        "te" => 1,
+        "trailer" => 2,
+        "transfer-encoding" => 3,
+        "upgrade" => 4,
+        "proxy-authenticate" => 5,
+        "keep-alive" => 6,
+        "proxy-connection" => 7,
+        _ => return None,
+    })
+}
+
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
@@ -26,7 +43,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // carry none of these but `Connection`. One bit per HOP_BY_HOP name present.
     let mut present = 0u8;
     for name in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+        if let Some(i) = hop_by_hop_index(name) {
             present |= 1 << i;
         }
     }
@@ -135,6 +152,14 @@ mod tests {
         h.insert("x-kept", HeaderValue::from_static("1"));
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn hop_by_hop_index_matches_the_list() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i));
+        }
+        assert_eq!(hop_by_hop_index(&header::HOST), None);
     }
 
     #[test]

@@ -338,27 +338,23 @@ fn push_i64(out: &mut String, n: i64) {
 }
 
 /// `n` in decimal, as `{}` writes it, without the formatting machinery.
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+fn push_u64(out: &mut String, n: u64) {
+    if n >= 10 {
+        push_u64(out, n / 10);
     }
-    for &d in &buf[at..] {
-        out.push(char::from(d));
-    }
+    push_digit(out, n % 10);
+}
+
+fn push_digit(out: &mut String, d: u64) {
+    out.push(char::from(b'0' + (d % 10) as u8));
 }
 
 /// `n` (below 10^width) in decimal, zero-padded to `width` digits.
 fn push_padded(out: &mut String, n: u32, width: u32) {
-    for place in (0..width).rev() {
-        out.push(char::from(b'0' + (n / 10u32.pow(place) % 10) as u8));
+    if width > 1 {
+        push_padded(out, n / 10, width - 1);
     }
+    push_digit(out, u64::from(n % 10));
 }
 
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
@@ -426,13 +422,19 @@ where
 /// Writes `s` with HAProxy's log escaping: control bytes, bytes ≥ 0x7f, `"` and `#` as `#XX`
 /// (and spaces too for names, which are single fields). No log line can be split or forged.
 fn push_escaped(out: &mut String, s: &str, escape_space: bool) {
-    for &b in s.as_bytes() {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    // Runs of bytes that stay as they are go in whole (they are ASCII: on character boundaries).
+    let mut run = 0;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
         if !(0x20..0x7f).contains(&b) || b == b'"' || b == b'#' || (escape_space && b == b' ') {
-            let _ = write!(out, "#{b:02X}");
-        } else {
-            out.push(char::from(b));
+            out.push_str(s.get(run..i).unwrap_or_default());
+            out.push('#');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+            run = i + 1;
         }
     }
+    out.push_str(s.get(run..).unwrap_or_default());
 }
 
 /// Cuts `s` to at most `max` bytes, on a character boundary.

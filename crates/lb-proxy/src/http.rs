@@ -32,8 +32,9 @@ pub(crate) use self::upstream::Pool;
 /// hyper's read buffer cannot be smaller than this.
 const MIN_HEADER_BUFFER: usize = 8192;
 
-/// While draining, an idle connection is closed only after this long without a request.
-const DRAIN_QUIET: Duration = Duration::from_secs(1);
+/// While a request is served the watchdog looks again after the shorter of `http_request` and
+/// `http_keep_alive`, but not more often than this.
+const BUSY_RECHECK_MIN: Duration = Duration::from_millis(100);
 
 /// What every request of one client connection shares.
 #[derive(Debug)]
@@ -47,15 +48,23 @@ pub(crate) struct ConnCtx {
     pinned: Mutex<Option<Upstream>>,
     /// `X-Forwarded-Proto: https`: the frontend is marked TLS or the PROXY header said SSL.
     https: bool,
+    /// The client's `X-Forwarded-For` value, when there is a client address.
+    forwarded_for: Option<http::HeaderValue>,
 }
 
 pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
     let timeouts = fe.config.timeouts;
-    let activity = Activity::new(Instant::now(), fe.config.max_header_size.max(MIN_HEADER_BUFFER));
+    let activity = Activity::new(
+        Instant::now(),
+        fe.config.max_header_size.max(MIN_HEADER_BUFFER),
+        timeouts.http_request,
+        timeouts.http_keep_alive,
+    );
     let ctx = Arc::new(ConnCtx {
         proxy: proxy.clone(),
         fe: fe.clone(),
         https: fe.config.tls || facts.tls.is_some(),
+        forwarded_for: headers::forwarded_for(facts.client.map(|c| c.ip())),
         facts,
         activity: activity.clone(),
         shutdown: shutdown.clone(),
@@ -74,48 +83,58 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
     let conn = builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service);
     tokio::pin!(conn);
 
+    // The watchdog's timer is set for the current deadline, or, while a request is served, for
+    // a look again later; whenever it fires the state is read anew (a deadline may have moved
+    // later meanwhile: re-armed), and `activity.changed()` wakes it only when one moved earlier.
+    let busy_recheck = timeouts.http_request.min(timeouts.http_keep_alive).max(BUSY_RECHECK_MIN);
+    let timer = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(timer);
     let mut ending = false;
-    // While draining, when to close this connection if it is idle then (spread over
-    // close_spread so that clients do not all reconnect at once).
-    let mut drain_close_at: Option<Instant> = None;
+    // A drain closes the connection once idle (at a spread-out moment); a hard stop drops it.
+    // One future for both, so that each wake-up of this task polls one shutdown future.
     let mut stop = shutdown.clone();
+    let drain_activity = activity.clone();
+    let spread = proxy.close_spread;
+    let shutdown_steps = async move {
+        shutdown.draining().await;
+        let spread = Duration::from_millis(rand::random_range(0..=spread.as_millis() as u64));
+        drain_activity.drain(Instant::now() + spread);
+        stop.stopped().await;
+    };
+    tokio::pin!(shutdown_steps);
     let result = loop {
-        let deadline = match activity.watch() {
-            _ if ending => None,
-            Watch::Busy => None,
-            Watch::Idle { since, requests } => {
-                let limit = if requests == 0 { timeouts.http_request } else { timeouts.http_keep_alive };
-                // A client quiet for a while is unlikely to be sending right now: a drain
-                // never closes a connection that was busy less than DRAIN_QUIET ago.
-                let drain = drain_close_at.map(|at| at.max(since + DRAIN_QUIET));
-                Some(drain.map_or(since + limit, |at| at.min(since + limit)))
-            }
-            Watch::Reading { since } => Some(since + timeouts.http_request),
-        };
         tokio::select! {
+            biased;
             result = conn.as_mut() => break result,
-            _ = activity.changed() => {}
-            _ = sleep_until(deadline) => {
-                match activity.watch() {
-                    Watch::Reading { since } if since + timeouts.http_request <= Instant::now() => {
+            _ = activity.changed(), if !ending => {
+                // A deadline moved earlier: set the timer for it (it may have passed already).
+                let now = Instant::now();
+                let at = activity.watch().deadline(timeouts.http_request, timeouts.http_keep_alive);
+                let at = at.unwrap_or(now + busy_recheck);
+                activity.arm(at);
+                timer.as_mut().reset(at.into());
+            }
+            () = timer.as_mut(), if !ending => {
+                let now = Instant::now();
+                let watch = activity.watch();
+                match (watch, watch.deadline(timeouts.http_request, timeouts.http_keep_alive)) {
+                    (Watch::Reading { since }, Some(at)) if at <= now => {
                         activity.reply_and_end(errors::raw(&fe.config.error_pages, 408));
                         bad_request(&ctx, since, 408, *b"cR");
                         ending = true;
                     }
-                    Watch::Idle { .. } => {
+                    (Watch::Idle { .. }, Some(at)) if at <= now => {
                         activity.end_when_idle();
                         ending = true;
                     }
-                    _ => {}
+                    (_, at) => {
+                        let at = at.unwrap_or(now + busy_recheck);
+                        activity.arm(at);
+                        timer.as_mut().reset(at.into());
+                    }
                 }
             }
-            _ = shutdown.draining(), if drain_close_at.is_none() => {
-                // Busy connections end after their response (it says `Connection: close`);
-                // idle ones are closed at a spread-out moment, only when nothing is arriving.
-                let spread = proxy.close_spread.as_millis() as u64;
-                drain_close_at = Some(Instant::now() + Duration::from_millis(rand::random_range(0..=spread)));
-            }
-            _ = stop.stopped() => return,
+            () = &mut shutdown_steps => return,
         }
     };
     if let Err(e) = result {
@@ -127,13 +146,6 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
             };
             bad_request(&ctx, since, 400, *b"PR");
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -12,8 +12,11 @@
 //! Layout: `format` renders lines from a record, a time and a time zone (no clock inside, so tests
 //! pin exact lines); `sink` moves rendered lines to their destination.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use chrono::{FixedOffset, LocalResult, NaiveDate, NaiveDateTime, TimeZone};
 
 use lb_config::{Log, LogFormat, LogTarget};
 
@@ -138,8 +141,54 @@ impl Logger {
         if matches!(inner.sink, Sink::None) {
             return;
         }
-        let line = format::render(rec, inner.format, inner.framing, &inner.ident, SystemTime::now(), &chrono::Local);
+        let line = format::render(rec, inner.format, inner.framing, &inner.ident, SystemTime::now(), &LocalTime);
         inner.sink.send(line);
+    }
+}
+
+/// `chrono::Local`, with the offset of the last two UTC seconds asked remembered per thread:
+/// `Local` looks the zone's rules up on every call (and now and then stats `/etc/localtime`),
+/// which cost more than the rest of a log line. A change of zone shows from the next second on.
+#[derive(Debug, Clone, Copy)]
+struct LocalTime;
+
+thread_local! {
+    /// (UTC second, its offset), the latest first.
+    static OFFSETS: Cell<[Option<(i64, FixedOffset)>; 2]> = const { Cell::new([None, None]) };
+}
+
+impl TimeZone for LocalTime {
+    type Offset = FixedOffset;
+
+    fn from_offset(_: &FixedOffset) -> LocalTime {
+        LocalTime
+    }
+
+    fn offset_from_local_date(&self, local: &NaiveDate) -> LocalResult<FixedOffset> {
+        chrono::Local.offset_from_local_date(local)
+    }
+
+    fn offset_from_local_datetime(&self, local: &NaiveDateTime) -> LocalResult<FixedOffset> {
+        chrono::Local.offset_from_local_datetime(local)
+    }
+
+    fn offset_from_utc_date(&self, utc: &NaiveDate) -> FixedOffset {
+        chrono::Local.offset_from_utc_date(utc)
+    }
+
+    fn offset_from_utc_datetime(&self, utc: &NaiveDateTime) -> FixedOffset {
+        let second = utc.and_utc().timestamp();
+        OFFSETS.with(|cache| {
+            let [latest, before] = cache.get();
+            for (s, offset) in [latest, before].into_iter().flatten() {
+                if s == second {
+                    return offset;
+                }
+            }
+            let offset = chrono::Local.offset_from_utc_datetime(utc);
+            cache.set([Some((second, offset)), latest]);
+            offset
+        })
     }
 }
 

@@ -34,10 +34,17 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
     privileges::raise_fd_limit();
     let config = D::load(config_path);
     let threads = config.as_ref().ok().and_then(|c| D::plan(c).worker_threads);
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = threads {
-        runtime.worker_threads(n);
-    }
+    // One thread asked for: a current-thread runtime, cheaper per request than a
+    // multi-thread one with one worker (no cross-thread wake-ups).
+    let mut runtime = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut rt = tokio::runtime::Builder::new_multi_thread();
+            rt.worker_threads(n);
+            rt
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -12,17 +12,25 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
+
+/// While draining, an idle connection is closed only after this long without a request.
+const DRAIN_QUIET: Duration = Duration::from_secs(1);
 
 /// Shared between the IO wrapper, the request handler and the watchdog.
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<State>,
-    /// Wakes the watchdog whenever what it watches changes.
+    /// Wakes the watchdog when a change brings its deadline before the one its timer is set
+    /// for. Later deadlines need no wake-up: the watchdog re-reads the state when its timer
+    /// fires, so a request costs no wake-up at all in the usual case.
     changed: Notify,
+    /// The frontend's `http_request` and `http_keep_alive` timeouts.
+    request_timeout: Duration,
+    keep_alive_timeout: Duration,
 }
 
 struct State {
@@ -46,6 +54,10 @@ struct State {
     /// Bytes were written since the last completed flush: hyper may still hold some of the
     /// response in its buffer, so the count is not final yet.
     unflushed: bool,
+    /// What the watchdog's timer is set for (`None`: not yet set).
+    armed: Option<Instant>,
+    /// Draining: close the connection at this moment if it is idle then.
+    drain_at: Option<Instant>,
 }
 
 type PendingLog = Box<dyn FnOnce(u64) + Send>;
@@ -76,15 +88,41 @@ enum Ending {
 pub(crate) enum Watch {
     /// A request is being served: its bodies carry their own timeouts.
     Busy,
-    /// Idle since this instant, after this many requests.
-    Idle { since: Instant, requests: u64 },
+    /// Idle since this instant, after this many requests; `drain_at`: when a drain wants it
+    /// closed.
+    Idle { since: Instant, requests: u64, drain_at: Option<Instant> },
     /// The first byte of a request arrived at this instant; its headers are not complete.
     Reading { since: Instant },
 }
 
+impl Watch {
+    /// When the watchdog must act, given the frontend's `http_request` and `http_keep_alive`
+    /// timeouts; `None` while a request is served.
+    pub(crate) fn deadline(self, request_timeout: Duration, keep_alive_timeout: Duration) -> Option<Instant> {
+        match self {
+            Watch::Busy => None,
+            Watch::Idle { since, requests, drain_at } => {
+                let limit = if requests == 0 { request_timeout } else { keep_alive_timeout };
+                // A client quiet for a while is unlikely to be sending right now: a drain never
+                // closes a connection that was busy less than DRAIN_QUIET ago.
+                let drain = drain_at.map(|at| at.max(since + DRAIN_QUIET));
+                Some(drain.map_or(since + limit, |at| at.min(since + limit)))
+            }
+            Watch::Reading { since } => Some(since + request_timeout),
+        }
+    }
+}
+
 impl Activity {
     /// `head_limit`: the frontend's max header size; longer heads are not kept for checking.
-    pub(crate) fn new(accepted: Instant, head_limit: usize) -> Arc<Self> {
+    /// `request_timeout`, `keep_alive_timeout`: the frontend's `http_request` and
+    /// `http_keep_alive`, for [`Watch::deadline`].
+    pub(crate) fn new(
+        accepted: Instant,
+        head_limit: usize,
+        request_timeout: Duration,
+        keep_alive_timeout: Duration,
+    ) -> Arc<Self> {
         Arc::new(Activity {
             state: Mutex::new(State {
                 in_request: false,
@@ -100,8 +138,12 @@ impl Activity {
                 pending_log: None,
                 io_closed: false,
                 unflushed: false,
+                armed: None,
+                drain_at: None,
             }),
             changed: Notify::new(),
+            request_timeout,
+            keep_alive_timeout,
         })
     }
 
@@ -110,35 +152,57 @@ impl Activity {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Resolves after the next change of what [`watch`](Self::watch) returns.
+    /// Resolves after a change that brought the deadline of [`watch`](Self::watch) before the
+    /// one last [`arm`](Self::arm)ed (or any change with a deadline, while none is armed).
     pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 
     pub(crate) fn watch(&self) -> Watch {
-        let s = self.lock();
+        Self::watch_of(&self.lock())
+    }
+
+    fn watch_of(s: &State) -> Watch {
         match (s.in_request, s.first_byte) {
             (true, _) => Watch::Busy,
             (false, Some((since, _))) => Watch::Reading { since },
-            (false, None) => Watch::Idle { since: s.idle_since, requests: s.requests },
+            (false, None) => Watch::Idle { since: s.idle_since, requests: s.requests, drain_at: s.drain_at },
+        }
+    }
+
+    /// The watchdog's timer is now set for `at`: changes that bring the deadline before it
+    /// wake [`changed`](Self::changed).
+    pub(crate) fn arm(&self, at: Instant) {
+        self.lock().armed = Some(at);
+    }
+
+    /// What the state now watches changed: wake the watchdog if its timer would be late.
+    fn deadline_changed(&self, s: &State) {
+        let deadline = Self::watch_of(s).deadline(self.request_timeout, self.keep_alive_timeout);
+        if let Some(deadline) = deadline {
+            if s.armed.is_none_or(|armed| deadline < armed) {
+                self.changed.notify_one();
+            }
         }
     }
 
     /// Headers of a request are complete: returns when its first byte came (monotonic, wall)
     /// and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
-    pub(crate) fn request_started(&self) -> (Instant, SystemTime, Option<&'static str>) {
+    /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
+    /// it; without it there is no conflict to look for and the raw head is not parsed again).
+    pub(crate) fn request_started(&self, has_transfer_encoding: bool) -> (Instant, SystemTime, Option<&'static str>) {
         // A pipelined request can start before the last response's log was written.
         self.flush_log(false);
         let mut s = self.lock();
         s.in_request = true;
         s.requests += 1;
         s.response_base = s.written;
-        let conflict = framing_conflict(&s.head);
+        let conflict = if has_transfer_encoding { framing_conflict(&s.head) } else { None };
         s.head.clear();
         if s.head.capacity() > 2 * MIN_HEAD_CAPACITY {
             s.head.shrink_to(MIN_HEAD_CAPACITY);
         }
-        self.changed.notify_one();
+        // Busy: no deadline, nothing for the watchdog to do sooner.
         let (at, wall) = s.first_byte.take().unwrap_or_else(|| (Instant::now(), SystemTime::now()));
         (at, wall, conflict)
     }
@@ -176,10 +240,19 @@ impl Activity {
         let mut s = self.lock();
         s.in_request = false;
         s.idle_since = Instant::now();
-        self.changed.notify_one();
+        self.deadline_changed(&s);
     }
 
     /// End the connection at its next idle read.
+    /// A drain began: busy, the connection ends after its response (which says `Connection:
+    /// close`); idle, it is closed at `at` (spread over close_spread so that clients do not all
+    /// reconnect at once), after DRAIN_QUIET without a request, when nothing is arriving.
+    pub(crate) fn drain(&self, at: Instant) {
+        let mut s = self.lock();
+        s.drain_at = Some(at);
+        self.deadline_changed(&s);
+    }
+
     pub(crate) fn end_when_idle(&self) {
         let mut s = self.lock();
         if s.ending == Ending::No {
@@ -270,7 +343,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
                 if !s.in_request {
                     if s.first_byte.is_none() {
                         s.first_byte = Some((Instant::now(), SystemTime::now()));
-                        this.activity.changed.notify_one();
+                        this.activity.deadline_changed(&s);
                     }
                     let room = s.head_limit.saturating_sub(s.head.len());
                     let new = &buf.filled()[before..];

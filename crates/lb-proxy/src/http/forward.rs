@@ -98,7 +98,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
-    let (first_byte, accept_date, conflict) = ctx.activity.request_started();
+    let has_te = req.headers().contains_key(header::TRANSFER_ENCODING);
+    let (first_byte, accept_date, conflict) = ctx.activity.request_started(has_te);
     let mut ex = Exchange {
         ctx: ctx.clone(),
         accept_date,
@@ -112,7 +113,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         status: -1,
         retries: 0,
         termination: *b"--",
-        request_line: format!("{} {} {:?}", req.method(), req.uri(), req.version()),
+        request_line: request_line(&req),
         upstream: None,
     };
     if let Some(reason) = conflict.or_else(|| headers::smuggling_reason(&req)) {
@@ -128,7 +129,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     if ctx.fe.config.forward_for {
-        headers::add_forwarded(&mut parts.headers, ctx.facts.client.map(|c| c.ip()), ctx.https);
+        headers::add_forwarded(&mut parts.headers, ctx.forwarded_for.as_ref(), ctx.https);
     }
     parts.uri = origin_form(&parts.uri);
     parts.version = Version::HTTP_11;
@@ -228,7 +229,64 @@ fn connect_failed(mut ex: Exchange, failure: ConnectFailure) -> Response<Respons
     }
 }
 
+/// `<method> <uri> <version>` for the log: what `format!("{} {} {:?}", method, uri, version)`
+/// writes, in one allocation and without the formatting machinery.
+fn request_line<B>(req: &Request<B>) -> String {
+    let version = req.version();
+    let version = if version == Version::HTTP_11 {
+        "HTTP/1.1"
+    } else if version == Version::HTTP_10 {
+        "HTTP/1.0"
+    } else {
+        return format!("{} {} {:?}", req.method(), req.uri(), version);
+    };
+    let (method, uri) = (req.method().as_str(), req.uri());
+    let (scheme, authority) = (uri.scheme_str(), uri.authority().map(|a| a.as_str()));
+    let (path, query) = (uri.path(), uri.query());
+    let len = method.len()
+        + scheme.map_or(0, |s| s.len() + 3)
+        + authority.map_or(0, str::len)
+        + path.len()
+        + query.map_or(0, |q| q.len() + 1)
+        + version.len()
+        + 2;
+    let mut line = String::with_capacity(len);
+    line.push_str(method);
+    line.push(' ');
+    if let Some(scheme) = scheme {
+        line.push_str(scheme);
+        line.push_str("://");
+    }
+    line.push_str(authority.unwrap_or_default());
+    line.push_str(path);
+    if let Some(query) = query {
+        line.push('?');
+        line.push_str(query);
+    }
+    line.push(' ');
+    line.push_str(version);
+    line
+}
+
 /// Servers get the path and query only, whatever form the client used.
 fn origin_form(uri: &Uri) -> Uri {
     uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_line_as_format_writes_it() {
+        let uris = ["/", "/a/b?x=1&y", "*", "http://example.com:8080/p?q", "https://h", "example.com:443", "/?"];
+        for version in [Version::HTTP_09, Version::HTTP_10, Version::HTTP_11, Version::HTTP_2] {
+            for method in ["GET", "CONNECT", "OPTIONS", "PURGE"] {
+                for uri in uris {
+                    let req = Request::builder().method(method).uri(uri).version(version).body(()).expect("request");
+                    assert_eq!(request_line(&req), format!("{} {} {:?}", req.method(), req.uri(), req.version()));
+                }
+            }
+        }
+    }
 }

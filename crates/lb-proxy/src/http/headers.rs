@@ -4,30 +4,67 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Request;
 
-/// Headers that describe one hop's connection and never travel on (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 6] = [
+/// Headers that describe one hop's connection and never travel on (RFC 9110 §7.6.1), and the
+/// two legacy ones of the same kind. `Connection` first. (A static: a const array would be
+/// built and dropped at every use.)
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
     header::PROXY_AUTHENTICATE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
 ];
+
+/// The index of `name` in [`HOP_BY_HOP`] (a match on the name: cheaper than comparing it with
+/// each of them).
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    Some(match name.as_str() {
+        "connection" => 0,
+        "te" => 1,
+        "trailer" => 2,
+        "transfer-encoding" => 3,
+        "upgrade" => 4,
+        "proxy-authenticate" => 5,
+        "keep-alive" => 6,
+        "proxy-connection" => 7,
+        _ => return None,
+    })
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Remove hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
+    // Look before removing: a remove hashes its name and probes the map, and most messages
+    // carry none of these but `Connection`. One bit per HOP_BY_HOP name present.
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop_index(name) {
+            present |= 1 << i;
+        }
     }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
+    if present == 0 {
+        return;
+    }
+    if present & 1 != 0 {
+        // The names `Connection` lists (collected first: removing needs the map).
+        let listed: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
+        for value in &listed {
+            for token in value.to_str().unwrap_or_default().split(',') {
+                // Not a valid header name (empty, say): nothing to remove.
+                headers.remove(token.trim());
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
+    }
 }
 
 /// Why a request is refused before it is forwarded (400).
@@ -49,16 +86,19 @@ pub(crate) fn smuggling_reason<B>(req: &Request<B>) -> Option<&'static str> {
     None
 }
 
-/// Add `X-Forwarded-For` (appended, as HAProxy's `option forwardfor` does) and set
-/// `X-Forwarded-Proto`.
-pub(crate) fn add_forwarded(headers: &mut HeaderMap, client_ip: Option<std::net::IpAddr>, https: bool) {
-    if let Some(ip) = client_ip {
-        if let Ok(value) = HeaderValue::from_str(&ip.to_string()) {
-            headers.append(HeaderName::from_static("x-forwarded-for"), value);
-        }
+/// The `X-Forwarded-For` value for a client, made once per connection.
+pub(crate) fn forwarded_for(client_ip: Option<std::net::IpAddr>) -> Option<HeaderValue> {
+    HeaderValue::from_str(&client_ip?.to_string()).ok()
+}
+
+/// Add `X-Forwarded-For` (appended, as HAProxy's `option forwardfor` does; the value from
+/// [`forwarded_for`]) and set `X-Forwarded-Proto`.
+pub(crate) fn add_forwarded(headers: &mut HeaderMap, forwarded_for: Option<&HeaderValue>, https: bool) {
+    if let Some(value) = forwarded_for {
+        headers.append(X_FORWARDED_FOR, value.clone());
     }
     let proto = if https { "https" } else { "http" };
-    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(proto));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 #[cfg(test)]
@@ -93,13 +133,40 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+
+        // Several Connection headers, listed names in any case, every fixed hop-by-hop name.
+        let mut h = HeaderMap::new();
+        h.append("connection", HeaderValue::from_static("X-One , ,bad name"));
+        h.append("connection", HeaderValue::from_static("x-TWO"));
+        for name in ["x-one", "x-two", "te", "trailer", "transfer-encoding", "upgrade", "proxy-authenticate",
+            "proxy-connection", "keep-alive", "x-kept"]
+        {
+            h.append(name, HeaderValue::from_static("1"));
+        }
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
+
+        // Nothing to strip: untouched.
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("a"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn hop_by_hop_index_matches_the_list() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i));
+        }
+        assert_eq!(hop_by_hop_index(&header::HOST), None);
     }
 
     #[test]
     fn forwarded_for_appends() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
-        add_forwarded(&mut h, "10.0.0.1".parse().ok(), true);
+        add_forwarded(&mut h, forwarded_for("10.0.0.1".parse().ok()).as_ref(), true);
         let all: Vec<_> = h.get_all("x-forwarded-for").iter().collect();
         assert_eq!(all, ["1.2.3.4", "10.0.0.1"]);
         assert_eq!(h["x-forwarded-proto"], "https");

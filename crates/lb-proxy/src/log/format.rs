@@ -12,7 +12,7 @@ use std::fmt::{Display, Write as _};
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDateTime, Offset, SecondsFormat, TimeZone, Timelike, Utc};
 use lb_config::LogFormat;
 use serde_json::{json, Value};
 
@@ -73,8 +73,14 @@ where
     match framing {
         Framing::Line if format == LogFormat::Json => {}
         Framing::Line => {
-            out.push_str(&now.to_rfc3339_opts(SecondsFormat::Millis, false));
-            let _ = write!(out, " {} {}[{}]: ", ident.host, ident.tag, ident.pid);
+            push_rfc3339_millis(&mut out, &now);
+            out.push(' ');
+            out.push_str(&ident.host);
+            out.push(' ');
+            out.push_str(&ident.tag);
+            out.push('[');
+            push_u64(&mut out, u64::from(ident.pid));
+            out.push_str("]: ");
         }
         Framing::Syslog { pri, with_host } => {
             let _ = write!(out, "<{pri}>{} ", now.format("%b %e %H:%M:%S"));
@@ -106,18 +112,18 @@ where
     Tz::Offset: Display,
 {
     common_start(out, rec.facts, rec.accept_date, tz, rec.frontend, rec.backend, rec.server);
-    let _ = write!(
-        out,
-        " {}/{}/{}/{}/{} {} {} - - ",
-        rec.tr, rec.tw, rec.tc, rec.tresp, rec.ta, rec.status, rec.bytes_read
-    );
+    // Written piece by piece: `write!` with a dozen integers cost more than the rest of the line.
+    out.push(' ');
+    push_joined(out, '/', &[rec.tr, rec.tw, rec.tc, rec.tresp, rec.ta]);
+    out.push(' ');
+    push_i64(out, i64::from(rec.status));
+    out.push(' ');
+    push_u64(out, rec.bytes_read);
+    out.push_str(" - - ");
     push_termination(out, rec.termination);
     out.push_str("--");
-    let _ = write!(
-        out,
-        " {}/{}/{}/{}/{} {}/{} \"",
-        rec.actconn, rec.feconn, rec.beconn, rec.srv_conn, rec.retries, rec.srv_queue, rec.backend_queue
-    );
+    push_counters(out, &[rec.actconn, rec.feconn, rec.beconn, rec.srv_conn], rec.retries, rec.srv_queue, rec.backend_queue);
+    out.push_str(" \"");
     push_escaped(out, rec.request_line, false);
     out.push('"');
 }
@@ -130,13 +136,13 @@ where
     Tz::Offset: Display,
 {
     common_start(out, rec.facts, rec.accept_date, tz, rec.frontend, rec.backend, rec.server);
-    let _ = write!(out, " {}/{}/{} {} ", rec.tw, rec.tc, rec.tt, rec.bytes_read);
+    out.push(' ');
+    push_joined(out, '/', &[rec.tw, rec.tc, rec.tt]);
+    out.push(' ');
+    push_u64(out, rec.bytes_read);
+    out.push(' ');
     push_termination(out, rec.termination);
-    let _ = write!(
-        out,
-        " {}/{}/{}/{}/{} {}/{}",
-        rec.actconn, rec.feconn, rec.beconn, rec.srv_conn, rec.retries, rec.srv_queue, rec.backend_queue
-    );
+    push_counters(out, &[rec.actconn, rec.feconn, rec.beconn, rec.srv_conn], rec.retries, rec.srv_queue, rec.backend_queue);
 }
 
 /// `<ip>:<port> [<accept date>] <frontend> <backend>/<server>`
@@ -153,12 +159,20 @@ fn common_start<Tz>(
     Tz::Offset: Display,
 {
     match facts.client {
+        Some(SocketAddr::V4(client)) => {
+            let [a, b, c, d] = client.ip().octets();
+            push_joined(out, '.', &[a, b, c, d].map(i64::from));
+            out.push(':');
+            push_u64(out, u64::from(client.port()));
+        }
         Some(client) => {
             let _ = write!(out, "{}:{}", client.ip(), client.port());
         }
         None => out.push_str(UNIX_CLIENT),
     }
-    let _ = write!(out, " [{}] ", datetime(accept_date, tz).format("%d/%b/%Y:%H:%M:%S%.3f"));
+    out.push_str(" [");
+    push_accept_date(out, &datetime(accept_date, tz));
+    out.push_str("] ");
     push_escaped(out, frontend, true);
     out.push(' ');
     push_escaped(out, backend, true);
@@ -287,19 +301,140 @@ fn termination(t: [u8; 2]) -> String {
 }
 
 fn push_termination(out: &mut String, t: [u8; 2]) {
-    out.push_str(&termination(t));
+    for b in t {
+        out.push(if b.is_ascii_graphic() { char::from(b) } else { '?' });
+    }
+}
+
+/// ` <actconn>/<feconn>/<beconn>/<srv_conn>/<retries> <srv_queue>/<backend_queue>`
+fn push_counters(out: &mut String, conns: &[usize; 4], retries: u32, srv_queue: usize, backend_queue: usize) {
+    out.push(' ');
+    for &n in conns {
+        push_u64(out, n as u64);
+        out.push('/');
+    }
+    push_u64(out, u64::from(retries));
+    out.push(' ');
+    push_u64(out, srv_queue as u64);
+    out.push('/');
+    push_u64(out, backend_queue as u64);
+}
+
+/// The numbers in decimal, `sep` between them.
+fn push_joined(out: &mut String, sep: char, numbers: &[i64]) {
+    for (i, &n) in numbers.iter().enumerate() {
+        if i > 0 {
+            out.push(sep);
+        }
+        push_i64(out, n);
+    }
+}
+
+fn push_i64(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    push_u64(out, n.unsigned_abs());
+}
+
+/// `n` in decimal, as `{}` writes it, without the formatting machinery.
+fn push_u64(out: &mut String, n: u64) {
+    if n >= 10 {
+        push_u64(out, n / 10);
+    }
+    push_digit(out, n % 10);
+}
+
+fn push_digit(out: &mut String, d: u64) {
+    out.push(char::from(b'0' + (d % 10) as u8));
+}
+
+/// `n` (below 10^width) in decimal, zero-padded to `width` digits.
+fn push_padded(out: &mut String, n: u32, width: u32) {
+    if width > 1 {
+        push_padded(out, n / 10, width - 1);
+    }
+    push_digit(out, u64::from(n % 10));
+}
+
+const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/// `%H:%M:%S%.3f`, as chrono writes it (a leap second as second 60).
+fn push_time_millis(out: &mut String, t: &NaiveDateTime) {
+    push_padded(out, t.hour(), 2);
+    out.push(':');
+    push_padded(out, t.minute(), 2);
+    out.push(':');
+    push_padded(out, t.second() + t.nanosecond() / 1_000_000_000, 2);
+    out.push('.');
+    push_padded(out, t.nanosecond() % 1_000_000_000 / 1_000_000, 3);
+}
+
+/// HAProxy's accept date, `%d/%b/%Y:%H:%M:%S%.3f`.
+fn push_accept_date<Tz>(out: &mut String, t: &DateTime<Tz>)
+where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    let t = t.naive_local();
+    if !(0..=9999).contains(&t.year()) {
+        // Past 9999 in a zone east of UTC: as chrono writes it (`+10000`).
+        let _ = write!(out, "{}", t.format("%d/%b/%Y:%H:%M:%S%.3f"));
+        return;
+    }
+    push_padded(out, t.day(), 2);
+    out.push('/');
+    out.push_str(MONTHS[t.month0() as usize % 12]);
+    out.push('/');
+    push_padded(out, t.year().unsigned_abs(), 4);
+    out.push(':');
+    push_time_millis(out, &t);
+}
+
+/// `t.to_rfc3339_opts(SecondsFormat::Millis, false)`, written directly (no allocation).
+fn push_rfc3339_millis<Tz>(out: &mut String, t: &DateTime<Tz>)
+where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    let offset = t.offset().fix().local_minus_utc();
+    if offset % 60 != 0 || t.nanosecond() >= 1_000_000_000 || !(0..=9999).contains(&t.naive_local().year()) {
+        // Offsets with seconds (historic zones), leap seconds, years past 9999: as chrono
+        // writes them.
+        out.push_str(&t.to_rfc3339_opts(SecondsFormat::Millis, false));
+        return;
+    }
+    let t = t.naive_local();
+    push_padded(out, t.year().unsigned_abs(), 4);
+    out.push('-');
+    push_padded(out, t.month(), 2);
+    out.push('-');
+    push_padded(out, t.day(), 2);
+    out.push('T');
+    push_time_millis(out, &t);
+    out.push(if offset < 0 { '-' } else { '+' });
+    let minutes = offset.unsigned_abs() / 60;
+    push_padded(out, minutes / 60, 2);
+    out.push(':');
+    push_padded(out, minutes % 60, 2);
 }
 
 /// Writes `s` with HAProxy's log escaping: control bytes, bytes ≥ 0x7f, `"` and `#` as `#XX`
 /// (and spaces too for names, which are single fields). No log line can be split or forged.
 fn push_escaped(out: &mut String, s: &str, escape_space: bool) {
-    for &b in s.as_bytes() {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    // Runs of bytes that stay as they are go in whole (they are ASCII: on character boundaries).
+    let mut run = 0;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
         if !(0x20..0x7f).contains(&b) || b == b'"' || b == b'#' || (escape_space && b == b' ') {
-            let _ = write!(out, "#{b:02X}");
-        } else {
-            out.push(char::from(b));
+            out.push_str(s.get(run..i).unwrap_or_default());
+            out.push('#');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+            run = i + 1;
         }
     }
+    out.push_str(s.get(run..).unwrap_or_default());
 }
 
 /// Cuts `s` to at most `max` bytes, on a character boundary.
@@ -310,5 +445,50 @@ fn truncate(s: &mut String, max: usize) {
             end -= 1;
         }
         s.truncate(end);
+    }
+}
+
+#[cfg(test)]
+mod direct_tests {
+    //! The hand-written date and number formatting against chrono's and `Display`.
+    use super::*;
+    use chrono::FixedOffset;
+
+    #[test]
+    fn dates_as_chrono_writes_them() {
+        let offsets = [0, 3600, -3600, 5 * 3600 + 30 * 60, 5 * 3600 + 45 * 60, -(3 * 3600 + 30 * 60), 14 * 3600, -12 * 3600, 561, -37];
+        let times = [0, 1, 59_999, 951_782_400_123, 1_234_567_890_655, 1_709_210_096_999, 4_102_444_799_500, 253_402_300_799_999];
+        for secs_east in offsets {
+            let tz = FixedOffset::east_opt(secs_east).expect("offset");
+            for ms in times {
+                let t = datetime(UNIX_EPOCH + std::time::Duration::from_millis(ms), &tz);
+                let mut out = String::new();
+                push_rfc3339_millis(&mut out, &t);
+                assert_eq!(out, t.to_rfc3339_opts(SecondsFormat::Millis, false));
+                out.clear();
+                push_accept_date(&mut out, &t);
+                assert_eq!(out, t.format("%d/%b/%Y:%H:%M:%S%.3f").to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_as_display_writes_them() {
+        for n in [0, 1, 9, 10, 99, 100, 12_345, i64::from(u32::MAX), i64::MAX, -1, -10, i64::MIN] {
+            let mut out = String::new();
+            push_i64(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+        let mut out = String::new();
+        push_u64(&mut out, u64::MAX);
+        assert_eq!(out, u64::MAX.to_string());
+        for addr in ["0.0.0.0:0", "255.255.255.255:65535", "10.0.1.2:33317", "[2001:db8::1]:50000"] {
+            let client: SocketAddr = addr.parse().expect("address");
+            let mut facts = ConnFacts::from_socket(Some(client), None);
+            facts.accepted_at = UNIX_EPOCH;
+            let mut out = String::new();
+            common_start(&mut out, &facts, UNIX_EPOCH, &Utc, "f", "b", "s");
+            assert_eq!(out, format!("{}:{} [01/Jan/1970:00:00:00.000] f b/s", client.ip(), client.port()));
+        }
     }
 }

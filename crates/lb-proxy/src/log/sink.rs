@@ -25,6 +25,11 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 /// Lines written by the stdout thread per write + flush.
 const MAX_BATCH: usize = 512;
+/// After writing a batch that was not full, the stdout thread lets lines gather this long before
+/// it looks again. While it sleeps, senders only enqueue: no futex wake-up and no context switch
+/// per line (under load a wake-up per line cost as much CPU as rendering it), and a busy proxy
+/// writes ~100 batches a second instead of a write per line. A line waits at most this long.
+const BATCH_GATHER: Duration = Duration::from_millis(10);
 /// How long dropping the last logger waits for the stdout thread to write what is queued.
 const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
@@ -169,7 +174,9 @@ impl Drop for StdoutSink {
 }
 
 /// The writer thread: waits for a line, takes whatever else is queued (up to a batch), writes
-/// the batch in one go and flushes. Returns once every sender is gone and the queue is empty.
+/// the batch in one go and flushes; then, unless the batch was full, gives the queue
+/// [`BATCH_GATHER`] to fill before waiting again. Returns once every sender is gone and the
+/// queue is empty.
 fn write_batches<W: Write>(mut out: W, rx: &Receiver<String>, drops: &Drops) {
     let mut batch = Vec::with_capacity(64 * 1024);
     let mut failing = false;
@@ -197,6 +204,9 @@ fn write_batches<W: Write>(mut out: W, rx: &Receiver<String>, drops: &Drops) {
                         }
                         drops.note(lines as u64);
                     }
+                }
+                if lines < MAX_BATCH {
+                    std::thread::sleep(BATCH_GATHER);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}

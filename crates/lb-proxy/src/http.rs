@@ -76,7 +76,6 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
     builder
         .timer(TokioTimer::new())
         .keep_alive(true)
-        .preserve_header_case(true)
         .max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER))
         // Our watchdog owns these timeouts; hyper's own is only a backstop behind it.
         .header_read_timeout(timeouts.http_request + timeouts.http_keep_alive + timeouts.client);

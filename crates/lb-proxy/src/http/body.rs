@@ -27,15 +27,14 @@ pub(crate) enum ClientFailure {
 #[derive(Debug)]
 pub(crate) struct RequestBody {
     inner: Incoming,
-    timeout: Duration,
-    sleep: Option<Pin<Box<Sleep>>>,
+    idle: IdleTimer,
     failure: Arc<Mutex<Option<ClientFailure>>>,
 }
 
 impl RequestBody {
     pub(crate) fn new(inner: Incoming, timeout: Duration) -> (Self, Arc<Mutex<Option<ClientFailure>>>) {
         let failure = Arc::new(Mutex::new(None));
-        (RequestBody { inner, timeout, sleep: None, failure: failure.clone() }, failure)
+        (RequestBody { inner, idle: IdleTimer::new(timeout), failure: failure.clone() }, failure)
     }
 
     fn fail(&self, why: ClientFailure) {
@@ -53,7 +52,7 @@ impl Body for RequestBody {
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                this.sleep = None;
+                this.idle.activity();
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -62,9 +61,7 @@ impl Body for RequestBody {
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
-                let timeout = this.timeout;
-                let sleep = this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                if sleep.as_mut().poll(cx).is_ready() {
+                if this.idle.expired(cx) {
                     this.fail(ClientFailure::TimedOut);
                     return Poll::Ready(Some(Err("client timeout while sending the request body".into())));
                 }
@@ -103,7 +100,7 @@ pub(crate) trait OnEnd: Send + Sync + 'static {
 #[derive(Debug)]
 enum Source {
     Full(Option<Bytes>),
-    Upstream { inner: Incoming, timeout: Duration, sleep: Pin<Box<Sleep>> },
+    Upstream { inner: Incoming, idle: IdleTimer },
 }
 
 /// A response body for the client: a fixed one (error pages) or the server's, streamed.
@@ -124,8 +121,7 @@ impl ResponseBody {
     }
 
     pub(crate) fn upstream(inner: Incoming, timeout: Duration, on_end: Box<dyn OnEnd>) -> Self {
-        let sleep = Box::pin(tokio::time::sleep(timeout));
-        ResponseBody { source: Source::Upstream { inner, timeout, sleep }, on_end: Some(on_end) }
+        ResponseBody { source: Source::Upstream { inner, idle: IdleTimer::new(timeout) }, on_end: Some(on_end) }
     }
 
     fn finish(&mut self, how: BodyEnd) {
@@ -151,9 +147,9 @@ impl Body for ResponseBody {
         let this = self.get_mut();
         let polled = match &mut this.source {
             Source::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Source::Upstream { inner, timeout, sleep } => match Pin::new(inner).poll_frame(cx) {
+            Source::Upstream { inner, idle } => match Pin::new(inner).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
-                    sleep.as_mut().reset(Instant::now() + *timeout);
+                    idle.activity();
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -162,7 +158,7 @@ impl Body for ResponseBody {
                 }
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => {
-                    if sleep.as_mut().poll(cx).is_ready() {
+                    if idle.expired(cx) {
                         this.finish(BodyEnd::ServerTimeout);
                         return Poll::Ready(Some(Err("server timeout while sending the response body".into())));
                     }
@@ -198,5 +194,35 @@ impl Body for ResponseBody {
             Source::Full(None) => SizeHint::with_exact(0),
             Source::Upstream { inner, .. } => inner.size_hint(),
         }
+    }
+}
+
+/// An inactivity timeout for a body, cheap on the hot path: data only records the time; the
+/// timer is created only once the body has to wait, and moved only when it waits again after
+/// new data (never on every frame).
+#[derive(Debug)]
+struct IdleTimer {
+    timeout: Duration,
+    last: std::time::Instant,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl IdleTimer {
+    fn new(timeout: Duration) -> Self {
+        IdleTimer { timeout, last: std::time::Instant::now(), sleep: None }
+    }
+
+    fn activity(&mut self) {
+        self.last = std::time::Instant::now();
+    }
+
+    /// Polled while the body waits: true once `timeout` has passed without data.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = Instant::from_std(self.last + self.timeout);
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.deadline() != deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        sleep.as_mut().poll(cx).is_ready()
     }
 }

@@ -126,7 +126,6 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
 
 async fn handshake(stream: TcpStream) -> Result<Sender, hyper::Error> {
     let (sender, conn) = http1::Builder::new()
-        .preserve_header_case(true)
         .handshake(TokioIo::new(stream))
         .await?;
     tokio::spawn(async move {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 
 use self::activity::{Activity, ActivityIo, Watch};
 use self::forward::Exchange;
@@ -73,12 +73,9 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));
     let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive(true)
-        .max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER))
-        // Our watchdog owns these timeouts; hyper's own is only a backstop behind it.
-        .header_read_timeout(timeouts.http_request + timeouts.http_keep_alive + timeouts.client);
+    // No timer for hyper: the watchdog below owns the header and keep-alive timeouts (hyper's
+    // one timeout mixes both and cannot answer 408), and a timer per request costs.
+    builder.keep_alive(true).max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
     let conn = builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service);
     tokio::pin!(conn);
 
@@ -123,8 +120,12 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: C
                         ending = true;
                     }
                     (Watch::Idle { .. }, Some(at)) if at <= now => {
+                        // Ends at hyper's next read unless a request is arriving; if one is,
+                        // keep watching it (its first byte moves the deadline earlier).
                         activity.end_when_idle();
-                        ending = true;
+                        let at = now + busy_recheck;
+                        activity.arm(at);
+                        timer.as_mut().reset(at.into());
                     }
                     (_, at) => {
                         let at = at.unwrap_or(now + busy_recheck);

@@ -196,6 +196,10 @@ impl Activity {
         let mut s = self.lock();
         s.in_request = true;
         s.requests += 1;
+        // An idle close that a request beat is void: the connection lives on.
+        if s.ending == Ending::WhenIdle {
+            s.ending = Ending::No;
+        }
         s.response_base = s.written;
         let conflict = if has_transfer_encoding { framing_conflict(&s.head) } else { None };
         s.head.clear();

@@ -80,7 +80,11 @@ async fn roundrobin_follows_weights_1_2_3() {
     assert_eq!(got("s1") + got("s2") + got("s3"), 600, "{counts:?}");
     // ±2% of the 600 requests around 100/200/300.
     for (name, want) in [("s1", 100), ("s2", 200), ("s3", 300)] {
-        assert!(got(name).abs_diff(want) <= 12, "{name} answered {} of 600 requests, expected {want} ±12: {counts:?}", got(name));
+        assert!(
+            got(name).abs_diff(want) <= 12,
+            "{name} answered {} of 600 requests, expected {want} ±12: {counts:?}",
+            got(name)
+        );
     }
     // The servers agree with what the clients saw.
     assert_eq!((s1.traffic(), s2.traffic(), s3.traffic()), (got("s1"), got("s2"), got("s3")));

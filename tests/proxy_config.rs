@@ -66,11 +66,7 @@ fn check_reports_file_line_column_field_and_message() {
     let out = run(dir.path(), "name.yaml", &text, &["-c", "-f"]);
     assert_eq!(out.status.code(), Some(1), "stderr: {}", stderr(&out));
     let expected = "name.yaml:13:18: backends[0].servers[1].address: invalid port 99999";
-    assert!(
-        stderr(&out).lines().any(|l| l == expected),
-        "expected the line {expected:?} in stderr:\n{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).lines().any(|l| l == expected), "expected the line {expected:?} in stderr:\n{}", stderr(&out));
 }
 
 #[test]
@@ -85,11 +81,13 @@ fn check_reports_every_problem_each_at_its_place() {
     let (port_line, port_col) = position(&text, "127.0.0.1:99999");
     let (interval_line, interval_col) = position(&text, "5x");
     assert!(
-        err.lines().any(|l| l.starts_with(&format!("multi.yaml:{port_line}:{port_col}: backends[0].servers[1].address: "))),
+        err.lines()
+            .any(|l| l.starts_with(&format!("multi.yaml:{port_line}:{port_col}: backends[0].servers[1].address: "))),
         "{err}"
     );
     assert!(
-        err.lines().any(|l| l.starts_with(&format!("multi.yaml:{interval_line}:{interval_col}: backends[0].health_check.interval: "))),
+        err.lines().any(|l| l
+            .starts_with(&format!("multi.yaml:{interval_line}:{interval_col}: backends[0].health_check.interval: "))),
         "the bad duration is reported too, at its place:\n{err}"
     );
 }
@@ -102,11 +100,12 @@ fn check_rejects_unknown_keys_at_their_place() {
     let out = run(dir.path(), "typo.yaml", &text, &["-c", "-f"]);
     assert_eq!(out.status.code(), Some(1), "stderr: {}", stderr(&out));
     let err = stderr(&out);
-    let diagnostic = err
-        .lines()
-        .find(|l| l.contains("adress"))
-        .unwrap_or_else(|| panic!("the unknown key is named:\n{err}"));
-    assert!(diagnostic.starts_with(&format!("typo.yaml:{line}:{column}: ")), "located at the key ({line}:{column}): {diagnostic}");
+    let diagnostic =
+        err.lines().find(|l| l.contains("adress")).unwrap_or_else(|| panic!("the unknown key is named:\n{err}"));
+    assert!(
+        diagnostic.starts_with(&format!("typo.yaml:{line}:{column}: ")),
+        "located at the key ({line}:{column}): {diagnostic}"
+    );
     assert!(diagnostic.contains("unknown field"), "{diagnostic}");
 
     // An unknown top-level section too.
@@ -125,7 +124,8 @@ fn check_rejects_a_reference_to_a_missing_backend() {
     assert_eq!(out.status.code(), Some(1), "stderr: {}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.lines().any(|l| l.starts_with(&format!("ref.yaml:{line}:{column}: frontends[0].default_backend: ")) && l.contains("nope")),
+        err.lines().any(|l| l.starts_with(&format!("ref.yaml:{line}:{column}: frontends[0].default_backend: "))
+            && l.contains("nope")),
         "{err}"
     );
 }
@@ -155,7 +155,11 @@ fn serving_a_bad_file_exits_64_without_binding() {
     let text = valid(port).replace("127.0.0.1:8002", "127.0.0.1:99999");
     let out = run(dir.path(), "bad.yaml", &text, &["-f"]);
     assert_eq!(out.status.code(), Some(64), "stderr: {}", stderr(&out));
-    assert!(stderr(&out).contains("bad.yaml:13:18: backends[0].servers[1].address: invalid port 99999"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("bad.yaml:13:18: backends[0].servers[1].address: invalid port 99999"),
+        "{}",
+        stderr(&out)
+    );
     // It never listened: the port is still free.
     assert!(TcpListener::bind(("127.0.0.1", port)).is_ok(), "the frontend port was left bound");
 }

@@ -158,7 +158,11 @@ backends:
     let t = up.elapsed().as_secs_f64() / 4.0;
     let bound = (20.0 * t.min(1.0) / (1.0 + t.min(1.0))).ceil() as usize + 2;
     let s2_early = early.get("s2").copied().unwrap_or(0);
-    assert!(s2_early <= bound.min(8), "s2 got {s2_early} of 20 requests {:?} after coming back with slowstart 4s: {early:?}", up.elapsed());
+    assert!(
+        s2_early <= bound.min(8),
+        "s2 got {s2_early} of 20 requests {:?} after coming back with slowstart 4s: {early:?}",
+        up.elapsed()
+    );
 
     // Once the ramp is over, it takes its full share again.
     tokio::time::sleep(Duration::from_secs(4).saturating_sub(up.elapsed())).await;

@@ -11,10 +11,8 @@ use lb_testkit::{ProxyProcess, TestServer};
 /// One frontend `fe` → backend `be` (round robin) over `servers`; `fe_extra` is added to the
 /// frontend (indented YAML lines).
 fn one_backend(servers: &[&TestServer], fe_extra: &str) -> impl Fn(&[u16]) -> String {
-    let servers: String = servers
-        .iter()
-        .map(|s| format!("      - {{ name: {}, address: \"{}\" }}\n", s.name(), s.addr()))
-        .collect();
+    let servers: String =
+        servers.iter().map(|s| format!("      - {{ name: {}, address: \"{}\" }}\n", s.name(), s.addr())).collect();
     let fe_extra = fe_extra.to_owned();
     move |ports: &[u16]| {
         format!(
@@ -146,9 +144,11 @@ async fn keep_alive_connection_carries_many_requests() {
 
     // Pipelined requests on a raw connection are answered in order.
     let mut raw = RawConn::connect(proxy.addr()).await.expect("connect");
-    raw.send(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?c HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .expect("send pipelined");
+    raw.send(
+        b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /echo?c HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await
+    .expect("send pipelined");
     for _ in 0..2 {
         let r = raw.read_response(Duration::from_secs(10)).await.expect("a pipelined response");
         assert_eq!((r.status, r.text().as_str()), (200, "s1"));
@@ -255,9 +255,11 @@ async fn request_bodies_are_forwarded_with_content_length_and_chunked() {
     assert_eq!(echo["body_len"], 11);
 
     let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
-    conn.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
-        .await
-        .expect("send chunked");
+    conn.send(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await
+    .expect("send chunked");
     let r = conn.read_response(Duration::from_secs(10)).await.expect("response to a chunked POST");
     assert_eq!(r.status, 200, "{}", r.text());
     let echo: serde_json::Value = serde_json::from_slice(&r.body).expect("echo JSON");
@@ -295,7 +297,8 @@ backends:
     // The server closes its idle connections (a restart): the next request is not lost, it goes
     // on a new connection.
     s1.restart();
-    let r = client::get(proxy.addr(), "/after-restart").await.expect("GET after the server closed the pooled connection");
+    let r =
+        client::get(proxy.addr(), "/after-restart").await.expect("GET after the server closed the pooled connection");
     assert_eq!(r.status, 200, "{}", r.text());
 }
 

@@ -8,7 +8,8 @@ use lb_testkit::raw::{Ending, RawConn};
 use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
 
 fn config(global: &str, frontend: &str, server_extra: &str, server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let (global, frontend, server_extra, addr) = (global.to_owned(), frontend.to_owned(), server_extra.to_owned(), server.addr());
+    let (global, frontend, server_extra, addr) =
+        (global.to_owned(), frontend.to_owned(), server_extra.to_owned(), server.addr());
     move |ports: &[u16]| {
         format!(
             r#"global:
@@ -46,7 +47,8 @@ async fn third_connection_waits_for_a_free_slot(proxy: &ProxyProcess, s1: &TestS
     assert_eq!(s1.in_flight(), 2);
 
     // The slow requests finish and close their connections: the third is served.
-    let r = third.read_response(Duration::from_secs(15)).await.expect("the third connection is served once a slot frees");
+    let r =
+        third.read_response(Duration::from_secs(15)).await.expect("the third connection is served once a slot frees");
     assert_eq!(r.status, 200, "{}", r.text());
     for task in slow {
         let r = task.await.expect("task").expect("slow request");
@@ -73,12 +75,17 @@ async fn server_max_connections_queues_requests_beyond_it() {
     let s1 = TestServer::start("s1");
     let proxy = ProxyProcess::start_with(1, config("  max_connections: 1000", "", ", max_connections: 1", &s1));
     let addr = proxy.addr();
-    let tasks: Vec<_> = (0..3).map(|i| tokio::spawn(async move { client::get(addr, &format!("/slow?ms=400&i={i}")).await })).collect();
+    let tasks: Vec<_> =
+        (0..3).map(|i| tokio::spawn(async move { client::get(addr, &format!("/slow?ms=400&i={i}")).await })).collect();
     let mut statuses = Vec::new();
     for task in tasks {
         let r = task.await.expect("task").expect("request");
         statuses.push(r.status);
     }
-    assert_eq!(statuses, [200, 200, 200], "requests beyond a server's max_connections wait for it (queued), they do not fail");
+    assert_eq!(
+        statuses,
+        [200, 200, 200],
+        "requests beyond a server's max_connections wait for it (queued), they do not fail"
+    );
     assert_eq!(s1.peak_in_flight(), 1, "the server never had more than max_connections (1) requests at once");
 }

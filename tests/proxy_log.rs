@@ -101,7 +101,12 @@ async fn bytes_read_counts_the_response_head_and_body() {
     let (received, _) = conn.read_until_closed(Duration::from_secs(10)).await;
     let line = proxy.wait_for_log(|l| l.contains("/bytes")).await;
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
-    assert_eq!(parsed.bytes, received.len() as u64, "bytes_read is every byte the client received (head {} + body 12345): {line}", received.len() - 12345);
+    assert_eq!(
+        parsed.bytes,
+        received.len() as u64,
+        "bytes_read is every byte the client received (head {} + body 12345): {line}",
+        received.len() - 12345
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,10 +135,8 @@ async fn json_format_lines_parse() {
     assert_eq!(conn.get("/echo").await.expect("GET").status, 200);
     assert_eq!(conn.get("/off").await.expect("GET").status, 503);
     let lines = proxy.wait_for_log_lines(2).await;
-    let values: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let values: Vec<serde_json::Value> =
+        lines.iter().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
     let ok = values.iter().find(|v| v["uri"] == "/echo").unwrap_or_else(|| panic!("{lines:#?}"));
     assert_eq!(ok["frontend"], "fe");
     assert_eq!(ok["backend"], "be");
@@ -154,7 +157,10 @@ async fn syslog_udp_target_gets_rfc3164_datagrams() {
     let m1 = TestServer::start("m1");
     let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP syslog sink");
     sink.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let log = format!("{{ target: \"udp:{}\", format: haproxy, facility: local0, hostname: lbtest }}", sink.local_addr().expect("addr"));
+    let log = format!(
+        "{{ target: \"udp:{}\", format: haproxy, facility: local0, hostname: lbtest }}",
+        sink.local_addr().expect("addr")
+    );
     let proxy = ProxyProcess::start_with(1, config(&log, &s1, &m1));
     assert_eq!(client::get(proxy.addr(), "/via-syslog").await.expect("GET").status, 200);
     let datagram = tokio::task::spawn_blocking(move || {
@@ -164,7 +170,8 @@ async fn syslog_udp_target_gets_rfc3164_datagrams() {
     })
     .await
     .expect("receiver");
-    let parsed = HttpLogLine::parse_syslog(&datagram).unwrap_or_else(|| panic!("not an RFC 3164 httplog datagram: {datagram:?}"));
+    let parsed = HttpLogLine::parse_syslog(&datagram)
+        .unwrap_or_else(|| panic!("not an RFC 3164 httplog datagram: {datagram:?}"));
     assert!(datagram.starts_with("<134>"), "local0.info is PRI 134: {datagram:?}");
     assert!(datagram.contains(" lbtest haproxy["), "{datagram:?}");
     assert_eq!((parsed.status, parsed.request.as_str()), (200, "GET /via-syslog HTTP/1.1"));
@@ -189,7 +196,8 @@ async fn syslog_unix_target_gets_rfc3164_datagrams() {
     })
     .await
     .expect("receiver");
-    let parsed = HttpLogLine::parse_syslog(&datagram).unwrap_or_else(|| panic!("not an RFC 3164 httplog datagram: {datagram:?}"));
+    let parsed = HttpLogLine::parse_syslog(&datagram)
+        .unwrap_or_else(|| panic!("not an RFC 3164 httplog datagram: {datagram:?}"));
     assert_eq!(parsed.tag, "lbtag");
     assert!(proxy.is_own_pid(parsed.pid), "the pid is the master's or one of its workers': {}", parsed.pid);
     assert_eq!(parsed.request, "GET /via-unix HTTP/1.1");

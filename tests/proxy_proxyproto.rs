@@ -176,7 +176,9 @@ async fn data_after_the_header_is_not_lost() {
     // Header and two pipelined requests (the second with a body) in one segment.
     let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
     let mut bytes = raw::proxy_v2(sa("192.0.2.99:5555"), proxy.addr(), &[raw::tlv_ssl("TLSv1.2")]);
-    bytes.extend_from_slice(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody");
+    bytes.extend_from_slice(
+        b"GET /one HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody",
+    );
     conn.send(&bytes).await.expect("send");
     let first = conn.read_response(Duration::from_secs(10)).await.expect("first response");
     assert_eq!((first.status, first.text().as_str()), (200, "s1"));

@@ -42,7 +42,10 @@ async fn sigterm_drains_in_flight_requests_then_exits_0() {
     let refused = wait_until_async_refused(addr).await;
     assert!(refused, "the proxy still accepts connections after SIGTERM");
     // The idle keep-alive connection is closed.
-    assert!(wait_until(Duration::from_secs(5), || idle.is_closed()).await, "the idle connection was not closed on drain");
+    assert!(
+        wait_until(Duration::from_secs(5), || idle.is_closed()).await,
+        "the idle connection was not closed on drain"
+    );
     // The request in flight completes.
     let r = slow.await.expect("task").expect("the request in flight is finished during the drain");
     assert_eq!(r.status, 200);

@@ -54,7 +54,10 @@ async fn assert_refused(proxy: &ProxyProcess, server: &TestServer, what: &str, a
     }
     let seen = server.requests();
     if !seen.is_empty() {
-        problems.push(format!("the server received {:?}", seen.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()));
+        problems.push(format!(
+            "the server received {:?}",
+            seen.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()
+        ));
     }
     assert!(problems.is_empty(), "{what}:\n  {}", problems.join("\n  "));
 }
@@ -64,7 +67,9 @@ async fn content_length_then_transfer_encoding_is_refused() {
     let s1 = TestServer::start("s1");
     let proxy = start(&s1);
     // CL.TE: a front end reading Content-Length forwards the smuggled request as body.
-    let attack = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}");
+    let attack = format!(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}"
+    );
     assert_refused(&proxy, &s1, "Content-Length then Transfer-Encoding", attack.as_bytes(), &[400]).await;
     let line = proxy.wait_for_log(|l| l.contains(" 400 ")).await;
     assert!(HttpLogLine::parse(&line).is_some_and(|l| l.status == 400), "{line}");
@@ -75,7 +80,9 @@ async fn transfer_encoding_then_content_length_is_refused() {
     let s1 = TestServer::start("s1");
     let proxy = start(&s1);
     // TE.CL: a back end reading Content-Length takes the chunked framing as the body.
-    let attack = format!("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n{SMUGGLED}");
+    let attack = format!(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n{SMUGGLED}"
+    );
     assert_refused(&proxy, &s1, "Transfer-Encoding then Content-Length", attack.as_bytes(), &[400]).await;
 }
 
@@ -83,7 +90,8 @@ async fn transfer_encoding_then_content_length_is_refused() {
 async fn conflicting_content_lengths_are_refused() {
     let s1 = TestServer::start("s1");
     let proxy = start(&s1);
-    let attack = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!{SMUGGLED}");
+    let attack =
+        format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!{SMUGGLED}");
     assert_refused(&proxy, &s1, "two different Content-Length", attack.as_bytes(), &[400]).await;
     let attack = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\nhello!{SMUGGLED}");
     assert_refused(&proxy, &s1, "Content-Length: 5, 6", attack.as_bytes(), &[400]).await;
@@ -97,7 +105,8 @@ async fn conflicting_content_lengths_are_refused() {
 async fn transfer_encoding_other_than_chunked_is_refused() {
     let s1 = TestServer::start("s1");
     let proxy = start(&s1);
-    let attack = format!("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n{SMUGGLED}");
+    let attack =
+        format!("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n{SMUGGLED}");
     assert_refused(&proxy, &s1, "Transfer-Encoding: gzip, chunked", attack.as_bytes(), &[400]).await;
     let attack = format!(
         "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n{SMUGGLED}"
@@ -158,13 +167,38 @@ async fn header_section_under_the_limit_is_accepted() {
 async fn malformed_header_lines_are_refused() {
     let s1 = TestServer::start("s1");
     let proxy = start(&s1);
-    assert_refused(&proxy, &s1, "a space in a header name", b"GET /x HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n", &[400])
-        .await;
-    assert_refused(&proxy, &s1, "space before the colon", b"GET /x HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello", &[400])
-        .await;
-    assert_refused(&proxy, &s1, "obsolete line folding", b"GET /x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\n\r\n", &[400])
-        .await;
-    assert_refused(&proxy, &s1, "a header line without colon", b"GET /x HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n", &[400]).await;
+    assert_refused(
+        &proxy,
+        &s1,
+        "a space in a header name",
+        b"GET /x HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n",
+        &[400],
+    )
+    .await;
+    assert_refused(
+        &proxy,
+        &s1,
+        "space before the colon",
+        b"GET /x HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello",
+        &[400],
+    )
+    .await;
+    assert_refused(
+        &proxy,
+        &s1,
+        "obsolete line folding",
+        b"GET /x HTTP/1.1\r\nHost: x\r\nX-A: a\r\n  folded\r\n\r\n",
+        &[400],
+    )
+    .await;
+    assert_refused(
+        &proxy,
+        &s1,
+        "a header line without colon",
+        b"GET /x HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n",
+        &[400],
+    )
+    .await;
     assert_refused(&proxy, &s1, "garbage request line", b"GARBAGE\r\n\r\n", &[400]).await;
     let line = proxy.wait_for_log(|l| l.contains("<BADREQ>")).await;
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));

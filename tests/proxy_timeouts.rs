@@ -98,7 +98,10 @@ async fn idle_keep_alive_connection_is_closed_after_http_keep_alive() {
     assert_eq!(ending, Ending::Eof, "the idle connection is closed cleanly (FIN), within 10 s");
     assert!(rest.is_empty(), "nothing is sent on an idle close: {:?}", String::from_utf8_lossy(&rest));
     assert!(idle >= Duration::from_millis(500), "closed after {idle:?}, before http_keep_alive (600ms)");
-    assert!(idle < Duration::from_secs(5), "closed after {idle:?}, not after http_keep_alive (600ms) but client/http_request (5s+)");
+    assert!(
+        idle < Duration::from_secs(5),
+        "closed after {idle:?}, not after http_keep_alive (600ms) but client/http_request (5s+)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +121,10 @@ async fn keep_alive_timeout_never_cuts_a_request_being_sent() {
     // http_request, which governs a request once it has begun).
     tokio::time::sleep(Duration::from_millis(900)).await;
     conn.send(b"Host: x\r\n\r\n").await.expect("send the rest of the header");
-    let r = conn.read_response(Duration::from_secs(10)).await.expect("the request begun before the keep-alive timeout is answered");
+    let r = conn
+        .read_response(Duration::from_secs(10))
+        .await
+        .expect("the request begun before the keep-alive timeout is answered");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s1.hits_for("/second"), 1);
 }
@@ -170,7 +176,15 @@ async fn header_trickled_byte_by_byte_still_gets_408_at_http_request() {
         }
     }
     let text = String::from_utf8_lossy(&answered);
-    assert!(text.starts_with("HTTP/1.1 408 "), "a trickled header section gets 408 at http_request, got {text:?} after {:?}", started.elapsed());
-    assert!(started.elapsed() < Duration::from_secs(5), "the 408 came after {:?} (http_request 800ms)", started.elapsed());
+    assert!(
+        text.starts_with("HTTP/1.1 408 "),
+        "a trickled header section gets 408 at http_request, got {text:?} after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the 408 came after {:?} (http_request 800ms)",
+        started.elapsed()
+    );
     assert_eq!(s1.traffic(), 0);
 }

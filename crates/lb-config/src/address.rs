@@ -20,16 +20,12 @@ pub(crate) fn parse_socket_addr(text: &str, allow_port_zero: bool) -> Result<Soc
     let ip: IpAddr = match bracketed.unwrap_or(host).parse() {
         Ok(ip) => ip,
         Err(_) if bracketed.is_none() && host.contains(':') => {
-            return Err(format!(
-                "expected IP:port, got `{text}` (write an IPv6 address in brackets: [::1]:80)"
-            ))
+            return Err(format!("expected IP:port, got `{text}` (write an IPv6 address in brackets: [::1]:80)"))
         }
         Err(_) => return Err(format!("expected IP:port (no host names), got `{text}`")),
     };
     if ip.is_ipv6() && bracketed.is_none() {
-        return Err(format!(
-            "expected IP:port, got `{text}` (write an IPv6 address in brackets: [::1]:80)"
-        ));
+        return Err(format!("expected IP:port, got `{text}` (write an IPv6 address in brackets: [::1]:80)"));
     }
     if port.is_empty() {
         return Err(format!("expected IP:port, got `{text}` (the port is missing)"));
@@ -80,9 +76,7 @@ pub(crate) fn parse_log_target(text: &str, base: Option<&Path>) -> Result<LogTar
         }
         return parse_socket_addr(addr, false).map(LogTarget::SyslogUdp);
     }
-    Err(format!(
-        "unknown log target `{text}`: expected one of stdout, none, unix:/path, udp:IP:port"
-    ))
+    Err(format!("unknown log target `{text}`: expected one of stdout, none, unix:/path, udp:IP:port"))
 }
 
 /// Relative paths are taken from the configuration file's directory (or the current directory

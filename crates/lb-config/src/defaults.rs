@@ -76,11 +76,6 @@ impl Default for Global {
 /// A TCP connect check every 2s, up after 2 successes, down after 3 failures.
 impl Default for HealthCheck {
     fn default() -> Self {
-        HealthCheck {
-            kind: CheckKind::Tcp,
-            interval: CHECK_INTERVAL,
-            rise: CHECK_RISE,
-            fall: CHECK_FALL,
-        }
+        HealthCheck { kind: CheckKind::Tcp, interval: CHECK_INTERVAL, rise: CHECK_RISE, fall: CHECK_FALL }
     }
 }

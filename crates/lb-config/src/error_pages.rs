@@ -64,8 +64,7 @@ impl ErrorPage {
             504 => ("Gateway Timeout", "The server didn't respond in time."),
             _ => ("Internal Server Error", "An internal error occurred."),
         };
-        let body = format!(r#"{{"status":{status},"error":"{reason}","message":"{message}"}}"#)
-            .into_bytes();
+        let body = format!(r#"{{"status":{status},"error":"{reason}","message":"{message}"}}"#).into_bytes();
         ErrorPage {
             status,
             headers: vec![
@@ -98,9 +97,8 @@ pub(crate) fn load_error_file(path: &Path, status: u16) -> Result<ErrorPage, Str
     if bytes.len() as u64 > MAX_ERROR_FILE {
         return Err(format!("error file {} is larger than 1 MiB", path.display()));
     }
-    let mut page = parse_error_file(&bytes).map_err(|e| {
-        format!("error file {} is not a valid HTTP/1.x response: {e}", path.display())
-    })?;
+    let mut page = parse_error_file(&bytes)
+        .map_err(|e| format!("error file {} is not a valid HTTP/1.x response: {e}", path.display()))?;
     if page.status != status {
         return Err(format!(
             "error file {} has status {}, but is configured for {status}",
@@ -126,8 +124,7 @@ pub(crate) fn parse_error_file(bytes: &[u8]) -> Result<ErrorPage, String> {
     let status = response.code.ok_or("missing status code")?;
     let mut parsed = Vec::new();
     for header in response.headers.iter() {
-        let value = std::str::from_utf8(header.value)
-            .map_err(|_| format!("header `{}` is not UTF-8", header.name))?;
+        let value = std::str::from_utf8(header.value).map_err(|_| format!("header `{}` is not UTF-8", header.name))?;
         if !FRAMING_HEADERS.iter().any(|h| header.name.eq_ignore_ascii_case(h)) {
             parsed.push((header.name.to_owned(), value.to_owned()));
         }

@@ -45,9 +45,8 @@ mod validate;
 
 pub use error::{Diagnostic, Error};
 pub use model::{
-    AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility,
-    Frontend, Global, HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule,
-    Server, Timeouts,
+    AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
+    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Timeouts,
 };
 
 #[cfg(test)]

@@ -12,8 +12,7 @@ impl Config {
     /// Reads and validates the file at `path`. Diagnostics name the file as given; relative
     /// paths inside it (error files, Unix sockets) are taken from the file's directory.
     pub fn load(path: &Path) -> Result<Config, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
         let base = std::path::absolute(path).ok().and_then(|p| p.parent().map(Path::to_path_buf));
         parse_in(&text, &path.display().to_string(), base.as_deref())
     }
@@ -37,12 +36,9 @@ fn parse_in(text: &str, file: &str, base: Option<&Path>) -> Result<Config, Error
     let locations = Locations::scan(text);
     let raw: RawConfig = match serde_yaml::from_str(text) {
         Ok(raw) => raw,
-        Err(e) => {
-            return Err(Error::Invalid { diagnostics: serde_diagnostics(&e, file, &locations) })
-        }
+        Err(e) => return Err(Error::Invalid { diagnostics: serde_diagnostics(&e, file, &locations) }),
     };
-    validate::validate(&raw, file, &locations, base)
-        .map_err(|diagnostics| Error::Invalid { diagnostics })
+    validate::validate(&raw, file, &locations, base).map_err(|diagnostics| Error::Invalid { diagnostics })
 }
 
 /// serde stops at its first error; report it, with any duplicate keys found while locating
@@ -65,13 +61,7 @@ fn serde_diagnostics(e: &serde_yaml::Error, file: &str, locations: &Locations) -
             Some(l) => Pos { line: l.line(), column: l.column() },
             None => locations.value(&field),
         };
-        diagnostics.push(Diagnostic {
-            file: file.to_owned(),
-            line: pos.line,
-            column: pos.column,
-            field,
-            message,
-        });
+        diagnostics.push(Diagnostic { file: file.to_owned(), line: pos.line, column: pos.column, field, message });
     }
     diagnostics.sort_by_key(|d| (d.line, d.column));
     diagnostics

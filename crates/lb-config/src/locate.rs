@@ -171,11 +171,7 @@ impl Walker {
                 };
                 let full = child(path, &name);
                 if let Some(first) = seen.get(&name) {
-                    self.locations.duplicate_keys.push(DuplicateKey {
-                        path: full.clone(),
-                        first: *first,
-                        again: pos,
-                    });
+                    self.locations.duplicate_keys.push(DuplicateKey { path: full.clone(), first: *first, again: pos });
                 } else {
                     seen.insert(name.clone(), pos);
                 }
@@ -208,9 +204,7 @@ impl MarkedEventReceiver for Walker {
                 self.done = true;
                 return;
             }
-            Event::MappingEnd | Event::SequenceEnd
-                if !matches!(self.stack.last(), Some(Frame::Skip { .. })) =>
-            {
+            Event::MappingEnd | Event::SequenceEnd if !matches!(self.stack.last(), Some(Frame::Skip { .. })) => {
                 self.stack.pop();
                 return;
             }
@@ -222,21 +216,13 @@ impl MarkedEventReceiver for Walker {
         let pos = match (&ev, key_pos) {
             // `key:` with nothing after it: the empty value is "found" at the next token, often
             // on a later line, so point at the key instead.
-            (Event::Scalar(text, TScalarStyle::Plain, ..), Some(key_pos)) if text.is_empty() => {
-                key_pos
-            }
+            (Event::Scalar(text, TScalarStyle::Plain, ..), Some(key_pos)) if text.is_empty() => key_pos,
             _ => Pos::of(mark),
         };
         match ev {
             Event::MappingStart(..) => {
                 self.record(path.clone(), pos);
-                self.stack.push(Frame::Map {
-                    path,
-                    start: mark,
-                    key: None,
-                    seen: HashMap::new(),
-                    first_key: true,
-                });
+                self.stack.push(Frame::Map { path, start: mark, key: None, seen: HashMap::new(), first_key: true });
             }
             Event::SequenceStart(..) => {
                 self.record(path.clone(), pos);

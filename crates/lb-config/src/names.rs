@@ -59,18 +59,12 @@ impl Facility {
 }
 
 /// Looks `text` up in a keyword table; the error names every accepted value.
-pub(crate) fn parse_keyword<T: Copy>(
-    table: &[(&'static str, T)],
-    what: &str,
-    text: &str,
-) -> Result<T, String> {
+pub(crate) fn parse_keyword<T: Copy>(table: &[(&'static str, T)], what: &str, text: &str) -> Result<T, String> {
     let wanted = text.trim();
-    table.iter().find(|(name, _)| name.eq_ignore_ascii_case(wanted)).map(|(_, v)| *v).ok_or_else(
-        || {
-            let accepted: Vec<&str> = table.iter().map(|(name, _)| *name).collect();
-            format!("unknown {what} `{text}`: expected one of {}", accepted.join(", "))
-        },
-    )
+    table.iter().find(|(name, _)| name.eq_ignore_ascii_case(wanted)).map(|(_, v)| *v).ok_or_else(|| {
+        let accepted: Vec<&str> = table.iter().map(|(name, _)| *name).collect();
+        format!("unknown {what} `{text}`: expected one of {}", accepted.join(", "))
+    })
 }
 
 /// Written as in the configuration: `stdout`, `none`, `unix:/dev/log`, `udp:127.0.0.1:514`.

@@ -13,10 +13,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 #[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "a map with `global`, `defaults`, `frontends` and `backends`"
-)]
+#[serde(deny_unknown_fields, expecting = "a map with `global`, `defaults`, `frontends` and `backends`")]
 pub(crate) struct RawConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) global: Option<RawGlobal>,

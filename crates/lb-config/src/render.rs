@@ -5,12 +5,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::model::{
-    Backend, CheckKind, Config, ErrorPages, Frontend, Global, HealthCheck, Server, Timeouts,
-};
+use crate::model::{Backend, CheckKind, Config, ErrorPages, Frontend, Global, HealthCheck, Server, Timeouts};
 use crate::raw::{
-    RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawLog,
-    RawRule, RawServer, RawTimeouts, StatusKey,
+    RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawRule, RawServer,
+    RawTimeouts, StatusKey,
 };
 use crate::units::{format_duration, format_size};
 
@@ -81,9 +79,7 @@ fn error_files(pages: &ErrorPages) -> Option<BTreeMap<StatusKey, String>> {
     let files: BTreeMap<_, _> = pages
         .pages
         .iter()
-        .filter_map(|(status, page)| {
-            page.source.as_deref().map(|p| (StatusKey(status.to_string()), path(p)))
-        })
+        .filter_map(|(status, page)| page.source.as_deref().map(|p| (StatusKey(status.to_string()), path(p))))
         .collect();
     (!files.is_empty()).then_some(files)
 }
@@ -92,21 +88,12 @@ fn frontend(f: &Frontend) -> RawFrontend {
     let binds = f
         .binds
         .iter()
-        .map(|b| {
-            RawBind::Map(RawBindMap {
-                address: Some(b.address.to_string()),
-                accept_proxy: Some(b.accept_proxy),
-            })
-        })
+        .map(|b| RawBind::Map(RawBindMap { address: Some(b.address.to_string()), accept_proxy: Some(b.accept_proxy) }))
         .collect();
     let rules = f
         .rules
         .iter()
-        .map(|r| RawRule {
-            path_prefix: r.path_prefix.clone(),
-            host: r.host.clone(),
-            backend: Some(r.backend.clone()),
-        })
+        .map(|r| RawRule { path_prefix: r.path_prefix.clone(), host: r.host.clone(), backend: Some(r.backend.clone()) })
         .collect::<Vec<_>>();
     RawFrontend {
         name: Some(f.name.clone()),

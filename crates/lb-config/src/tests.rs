@@ -23,9 +23,7 @@ fn parse_ok(text: &str) -> Config {
 fn errors(text: &str) -> Vec<String> {
     match Config::parse(text, "proxy.yaml") {
         Ok(_) => panic!("expected diagnostics for:\n{text}"),
-        Err(Error::Invalid { diagnostics }) => {
-            diagnostics.iter().map(ToString::to_string).collect()
-        }
+        Err(Error::Invalid { diagnostics }) => diagnostics.iter().map(ToString::to_string).collect(),
         Err(e) => panic!("expected Error::Invalid, got {e:?}"),
     }
 }
@@ -148,9 +146,7 @@ fn rich_dir() -> tempfile::TempDir {
     let errors = dir.path().join("errors");
     std::fs::create_dir(&errors).expect("errors directory");
     let page = |status: &str, body: &str| {
-        format!(
-            "HTTP/1.0 {status}\r\nContent-Type: text/html\r\nCache-Control: no-cache\r\n\r\n{body}"
-        )
+        format!("HTTP/1.0 {status}\r\nContent-Type: text/html\r\nCache-Control: no-cache\r\n\r\n{body}")
     };
     let files = [
         ("503.http", page("503 Service Unavailable", "<h1>503 default</h1>\n")),

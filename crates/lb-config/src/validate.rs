@@ -128,12 +128,7 @@ impl Ctx<'_> {
     }
 
     /// A duration between 1ms and 24h; `None` when absent or invalid (the latter reported).
-    pub(crate) fn duration(
-        &mut self,
-        parent: &str,
-        key: &str,
-        text: Option<&String>,
-    ) -> Option<Duration> {
+    pub(crate) fn duration(&mut self, parent: &str, key: &str, text: Option<&String>) -> Option<Duration> {
         let field = child(parent, key);
         match parse_duration(text?) {
             Ok(d) if (MIN_DURATION..=MAX_DURATION).contains(&d) => Some(d),
@@ -200,21 +195,13 @@ impl Ctx<'_> {
         if name.is_empty() {
             self.error(&field, "must not be empty");
         } else if !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
-            self.error(
-                &field,
-                format!("invalid name `{name}`: use only letters, digits, `_`, `.` and `-`"),
-            );
+            self.error(&field, format!("invalid name `{name}`: use only letters, digits, `_`, `.` and `-`"));
         }
         name.clone()
     }
 
     /// Optional free text that, when given, must not be empty or contain whitespace.
-    pub(crate) fn word(
-        &mut self,
-        parent: &str,
-        key: &str,
-        text: Option<&String>,
-    ) -> Option<String> {
+    pub(crate) fn word(&mut self, parent: &str, key: &str, text: Option<&String>) -> Option<String> {
         let text = text?;
         if text.is_empty() {
             self.error(&child(parent, key), "must not be empty");

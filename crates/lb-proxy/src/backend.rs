@@ -39,16 +39,9 @@ pub(crate) struct Backends {
 
 impl Backends {
     pub(crate) fn new(config: &lb_config::Config) -> Backends {
-        let list: Vec<Arc<BackendState>> = config
-            .backends
-            .iter()
-            .map(|b| Arc::new(BackendState::new(b.clone())))
-            .collect();
-        let by_name = list
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.name().to_owned(), i))
-            .collect();
+        let list: Vec<Arc<BackendState>> =
+            config.backends.iter().map(|b| Arc::new(BackendState::new(b.clone()))).collect();
+        let by_name = list.iter().enumerate().map(|(i, b)| (b.name().to_owned(), i)).collect();
         Backends { list, by_name }
     }
 
@@ -101,12 +94,8 @@ impl fmt::Debug for BackendState {
 
 impl BackendState {
     pub(crate) fn new(config: lb_config::Backend) -> BackendState {
-        let servers: Vec<Arc<ServerState>> = config
-            .servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Arc::new(ServerState::new(i, s.clone())))
-            .collect();
+        let servers: Vec<Arc<ServerState>> =
+            config.servers.iter().enumerate().map(|(i, s)| Arc::new(ServerState::new(i, s.clone()))).collect();
         let round_robin = SmoothRoundRobin::new(servers.len());
         BackendState {
             config,
@@ -157,9 +146,7 @@ impl BackendState {
                 Balance::LeastConn => {
                     let after = self.last_pick.load(Ordering::Relaxed);
                     balance::least_conn(&candidates, after, |i| {
-                        self.servers
-                            .get(i)
-                            .map_or(usize::MAX, |s| s.current_conns())
+                        self.servers.get(i).map_or(usize::MAX, |s| s.current_conns())
                     })
                 }
                 Balance::RoundRobin => self.round_robin.next(&candidates),
@@ -168,10 +155,7 @@ impl BackendState {
             if server.try_acquire() {
                 self.last_pick.store(chosen, Ordering::Relaxed);
                 self.conns.fetch_add(1, Ordering::AcqRel);
-                return Some(ServerLease {
-                    backend: Arc::clone(self),
-                    server: Arc::clone(server),
-                });
+                return Some(ServerLease { backend: Arc::clone(self), server: Arc::clone(server) });
             }
             candidates.retain(|&(i, _)| i != chosen);
         }

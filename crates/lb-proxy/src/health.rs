@@ -121,11 +121,7 @@ pub(crate) fn spawn_health_checks(backends: &Backends, shutdown: Shutdown) {
     };
     for backend in backends.iter() {
         for server in backend.servers().iter().filter(|s| s.config().check) {
-            runtime.spawn(check_loop(
-                Arc::clone(backend),
-                Arc::clone(server),
-                shutdown.clone(),
-            ));
+            runtime.spawn(check_loop(Arc::clone(backend), Arc::clone(server), shutdown.clone()));
         }
     }
 }
@@ -143,12 +139,7 @@ struct Counter {
 
 impl Counter {
     fn new(rise: u32, fall: u32) -> Counter {
-        Counter {
-            rise: rise.max(1),
-            fall: fall.max(1),
-            successes: 0,
-            failures: 0,
-        }
+        Counter { rise: rise.max(1), fall: fall.max(1), successes: 0, failures: 0 }
     }
 
     fn reset(&mut self) {
@@ -241,39 +232,23 @@ async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut sh
             log_transition(&backend, &server, now_up, &result);
         }
         server.record_check(result);
-        delay = jittered(if counter.transitioning() {
-            fast
-        } else {
-            interval
-        });
+        delay = jittered(if counter.transitioning() { fast } else { interval });
     }
 }
 
 /// Log a health transition as HAProxy does (and, when no server is left, say so).
 fn log_transition(backend: &BackendState, server: &ServerState, up: bool, result: &CheckResult) {
     let active = backend.active_servers();
-    tracing::warn!(
-        "{}",
-        transition_line(backend.name(), server.name(), up, result, active)
-    );
+    tracing::warn!("{}", transition_line(backend.name(), server.name(), up, result, active));
     if !up && active == 0 {
         tracing::error!("backend {} has no server available!", backend.name());
     }
 }
 
 /// `Server b/s is DOWN, reason: …, info: "…", check duration: 3ms. 1 active servers left.`
-fn transition_line(
-    backend: &str,
-    server: &str,
-    up: bool,
-    result: &CheckResult,
-    active: usize,
-) -> String {
-    let mut line = format!(
-        "Server {backend}/{server} is {}, reason: {}",
-        if up { "UP" } else { "DOWN" },
-        result.status.reason()
-    );
+fn transition_line(backend: &str, server: &str, up: bool, result: &CheckResult, active: usize) -> String {
+    let mut line =
+        format!("Server {backend}/{server} is {}, reason: {}", if up { "UP" } else { "DOWN" }, result.status.reason());
     if let Some(code) = result.code {
         line.push_str(&format!(", code: {code}"));
     }

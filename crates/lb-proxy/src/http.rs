@@ -52,7 +52,13 @@ pub(crate) struct ConnCtx {
     forwarded_for: Option<http::HeaderValue>,
 }
 
-pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, stream: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
+pub(crate) async fn serve(
+    proxy: &Arc<Proxy>,
+    fe: &Arc<FrontendState>,
+    stream: ClientStream,
+    facts: ConnFacts,
+    mut shutdown: Shutdown,
+) {
     let timeouts = fe.config.timeouts;
     let activity = Activity::new(
         Instant::now(),

@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-
 /// An accepted client connection, TCP or Unix.
 #[derive(Debug)]
 pub(crate) enum ClientStream {

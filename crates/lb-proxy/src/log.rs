@@ -23,11 +23,11 @@ use lb_config::{Log, LogFormat, LogTarget};
 use crate::facts::ConnFacts;
 
 mod format;
+#[cfg(test)]
+mod regex_tests;
 mod sink;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod regex_tests;
 
 use format::{Framing, Ident, Record};
 use sink::Sink;

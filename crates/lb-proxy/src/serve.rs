@@ -16,11 +16,11 @@ use crate::backend::{BackendState, Backends};
 use crate::facts::ConnFacts;
 use crate::http::Pool;
 use crate::listener::ClientStream;
-use lb_supervisor::Listener;
 use crate::log::Logger;
 use crate::proxy_protocol::read_proxy_header;
-use lb_supervisor::Shutdown;
 use crate::{health, Error, Listeners};
+use lb_supervisor::Listener;
+use lb_supervisor::Shutdown;
 
 /// Everything the connections of one serving process share.
 #[derive(Debug)]
@@ -57,11 +57,8 @@ impl FrontendState {
     fn new(config: &Frontend, backends: &Backends) -> Self {
         // Validation guarantees every referenced backend exists; a missing one is skipped
         // rather than trusted blindly.
-        let routes = config
-            .rules
-            .iter()
-            .filter_map(|rule| Some((rule.clone(), backends.get(&rule.backend)?.clone())))
-            .collect();
+        let routes =
+            config.rules.iter().filter_map(|rule| Some((rule.clone(), backends.get(&rule.backend)?.clone()))).collect();
         FrontendState {
             config: config.clone(),
             routes,
@@ -317,7 +314,13 @@ fn is_resource_error(e: &std::io::Error) -> bool {
     )
 }
 
-async fn handle(admission: Admission, accept_proxy: bool, mut stream: ClientStream, mut facts: ConnFacts, shutdown: Shutdown) {
+async fn handle(
+    admission: Admission,
+    accept_proxy: bool,
+    mut stream: ClientStream,
+    mut facts: ConnFacts,
+    shutdown: Shutdown,
+) {
     let fe = admission.frontend.clone();
     let proxy = admission.proxy.clone();
     if accept_proxy {

@@ -21,7 +21,13 @@ use crate::log::TcpLog;
 use crate::serve::{FrontendState, Proxy};
 use lb_supervisor::Shutdown;
 
-pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, client: ClientStream, facts: ConnFacts, mut shutdown: Shutdown) {
+pub(crate) async fn serve(
+    proxy: &Arc<Proxy>,
+    fe: &Arc<FrontendState>,
+    client: ClientStream,
+    facts: ConnFacts,
+    mut shutdown: Shutdown,
+) {
     let accept_date = facts.accepted_at;
     let started = facts.accepted;
     let Some(backend) = fe.default_backend() else { return };
@@ -51,7 +57,11 @@ pub(crate) async fn serve(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, client: C
                 ConnectFailure::QueueTimeout => *b"sQ",
                 ConnectFailure::Failed { server, timed_out, .. } => {
                     log.server = server;
-                    if timed_out { *b"sC" } else { *b"SC" }
+                    if timed_out {
+                        *b"sC"
+                    } else {
+                        *b"SC"
+                    }
                 }
             };
             log.write(started);

@@ -123,7 +123,7 @@ pub fn main<D: Daemon>() -> ExitCode {
     let mode = match parse(std::env::args_os().skip(1)) {
         Ok(mode) => mode,
         Err(e) => {
-            eprintln!("{}: {e}\n{}", D::NAME, usage(D::NAME));
+            say(format_args!("{}: {e}\n{}", D::NAME, usage(D::NAME)));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -142,7 +142,7 @@ pub fn main<D: Daemon>() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("{e}");
+                say(e);
                 ExitCode::from(EXIT_CHECK_FAILED)
             }
         },
@@ -163,7 +163,21 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LB_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        // A log that cannot be written (the master that read a worker's stderr is gone) must
+        // not take the process down: tracing would report it with eprintln!, which panics.
+        .log_internal_errors(false)
+        .try_init();
+}
+
+/// Write one line to stderr, ignoring failure: a process whose stderr is gone (a closed pipe)
+/// keeps serving. eprintln! would panic there.
+pub(crate) fn say(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 #[cfg(test)]

@@ -144,12 +144,20 @@ impl Listener {
             ListenAddr::Tcp(want) if listening && domain == Domain::for_address(*want) => {
                 let got = socket.local_addr()?.as_socket();
                 if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
-                    return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("socket is bound to {got:?}, not {want}")));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("socket is bound to {got:?}, not {want}"),
+                    ));
                 }
                 Listener::Tcp(socket.into())
             }
             ListenAddr::Unix(_) if listening && domain == Domain::UNIX => Listener::Unix(socket.into()),
-            _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("not a listening socket for {address}"))),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("not a listening socket for {address}"),
+                ))
+            }
         };
         Ok(listener)
     }

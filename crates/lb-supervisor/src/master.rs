@@ -26,7 +26,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot};
 
 use self::spawn::{Spawned, WorkerEvent};
-use crate::daemon::{Daemon, Plan, EXIT_USAGE};
+use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
 use crate::notify::Notifier;
 use crate::protocol::{Request, Response, Role, Settings, ToMaster, ToWorker};
 use crate::{control, fdpass, privileges, ListenAddr, Listener};
@@ -45,7 +45,7 @@ pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
     let plan = match D::load(&config) {
         Ok(loaded) => D::plan(&loaded),
         Err(e) => {
-            eprintln!("{e}");
+            say(e);
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -53,7 +53,7 @@ pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
-            eprintln!("{}: cannot find its own executable: {e}", D::NAME);
+            say(format_args!("{}: cannot find its own executable: {e}", D::NAME));
             return ExitCode::FAILURE;
         }
     };
@@ -66,7 +66,7 @@ pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("{}: starting the runtime: {e}", D::NAME);
+            say(format_args!("{}: starting the runtime: {e}", D::NAME));
             return ExitCode::FAILURE;
         }
     };
@@ -261,7 +261,13 @@ impl Master {
             Ok(spawned) => spawned,
             Err(e) => {
                 let error = format!("cannot start a worker ({}): {e}", self.exe.display());
-                self.reload = Some(Reload { generation, started: Instant::now(), deadline: Instant::now(), waiters, failed: false });
+                self.reload = Some(Reload {
+                    generation,
+                    started: Instant::now(),
+                    deadline: Instant::now(),
+                    waiters,
+                    failed: false,
+                });
                 Box::pin(self.fail_reload(error)).await;
                 return;
             }

@@ -29,15 +29,25 @@ pub enum Request {
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Response {
     /// The new worker serves.
-    Reloaded { pid: u32, generation: u64, took_ms: u64 },
+    Reloaded {
+        pid: u32,
+        generation: u64,
+        took_ms: u64,
+    },
     /// Nothing changed: the previous worker keeps serving. `error` holds the worker's own
     /// messages (`file:line:col: field: problem`) or what went wrong starting it.
-    ReloadFailed { error: String },
+    ReloadFailed {
+        error: String,
+    },
     Proc(ProcTable),
     /// A runtime command's output, as the worker wrote it.
-    Runtime { output: String },
+    Runtime {
+        output: String,
+    },
     /// The request itself could not be served (malformed, or no worker to route it to).
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// `show proc`: the master and every worker.
@@ -80,10 +90,19 @@ pub enum Role {
 pub(crate) enum ToWorker {
     /// A batch of the listening sockets the master holds: one fd per address, in order.
     /// The worker acknowledges each batch; `last` marks the final one.
-    Sockets { generation: u64, addresses: Vec<ListenAddr>, last: bool },
+    Sockets {
+        generation: u64,
+        addresses: Vec<ListenAddr>,
+        last: bool,
+    },
     /// The socket asked for with [`ToMaster::Bind`] (one fd attached).
-    Bound { address: ListenAddr },
-    BindFailed { address: ListenAddr, error: String },
+    Bound {
+        address: ListenAddr,
+    },
+    BindFailed {
+        address: ListenAddr,
+        error: String,
+    },
     /// Stop accepting, finish what is in flight, exit when the last connection ends.
     SoftStop,
     /// Close everything and exit now.
@@ -99,12 +118,24 @@ pub(crate) enum ToMaster {
     /// A [`ToWorker::Sockets`] batch arrived whole.
     Ack,
     /// Bind a socket the master does not hold yet (the new configuration listens there).
-    Bind { address: ListenAddr },
+    Bind {
+        address: ListenAddr,
+    },
     /// Serving. `listening`: the addresses it adopted; the master keeps exactly these.
-    Ready { pid: u32, generation: u64, version: String, listening: Vec<ListenAddr>, settings: Settings },
+    Ready {
+        pid: u32,
+        generation: u64,
+        version: String,
+        listening: Vec<ListenAddr>,
+        settings: Settings,
+    },
     /// Could not start; the worker exits after sending this.
-    Failed { error: String },
-    Status { connections: u64 },
+    Failed {
+        error: String,
+    },
+    Status {
+        connections: u64,
+    },
 }
 
 /// What the master takes from a worker's configuration at each reload.

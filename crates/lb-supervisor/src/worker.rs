@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::channel::{Channel, ChannelReceiver, ChannelSender};
-use crate::daemon::{Daemon, EXIT_USAGE};
+use crate::daemon::{say, Daemon, EXIT_USAGE};
 use crate::protocol::{ToMaster, ToWorker};
 use crate::{fdpass, privileges, shutdown, ListenAddr, Listener, Listeners};
 
@@ -26,7 +26,7 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
     let channel_fd = match std::env::var(CHANNEL_FD_ENV).ok().and_then(|v| v.parse().ok()) {
         Some(fd) => fd,
         None => {
-            eprintln!("{}: --worker is started by the master only ({CHANNEL_FD_ENV} is not set)", D::NAME);
+            say(format_args!("{}: --worker is started by the master only ({CHANNEL_FD_ENV} is not set)", D::NAME));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -48,7 +48,7 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("{}: starting the runtime: {e}", D::NAME);
+            say(format_args!("{}: starting the runtime: {e}", D::NAME));
             return ExitCode::FAILURE;
         }
     };
@@ -56,7 +56,7 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
         let channel = match fdpass::take_inherited(channel_fd).and_then(Channel::from_inherited_fd) {
             Ok(channel) => channel,
             Err(e) => {
-                eprintln!("{}: worker channel: {e}", D::NAME);
+                say(format_args!("{}: worker channel: {e}", D::NAME));
                 return ExitCode::FAILURE;
             }
         };
@@ -165,7 +165,11 @@ async fn receive_sockets(
     }
 }
 
-async fn ask_master_to_bind(address: &ListenAddr, tx: &ChannelSender, rx: &mut ChannelReceiver) -> Result<OwnedFd, String> {
+async fn ask_master_to_bind(
+    address: &ListenAddr,
+    tx: &ChannelSender,
+    rx: &mut ChannelReceiver,
+) -> Result<OwnedFd, String> {
     tx.send(&ToMaster::Bind { address: address.clone() }, &[]).await.map_err(|e| format!("asking to bind: {e}"))?;
     match rx.recv::<ToWorker>().await {
         Ok(Some((ToWorker::Bound { address: got }, mut fds))) if &got == address && fds.len() == 1 => {

@@ -177,7 +177,11 @@ impl Connection {
     }
 
     /// Sends `req` and counts the response body's bytes as they arrive, keeping none of them.
-    pub async fn send_counted(&mut self, req: Request<ClientBody>, within: Duration) -> anyhow::Result<(u16, HeaderMap, u64)> {
+    pub async fn send_counted(
+        &mut self,
+        req: Request<ClientBody>,
+        within: Duration,
+    ) -> anyhow::Result<(u16, HeaderMap, u64)> {
         tokio::time::timeout(within, async {
             self.sender.ready().await.context("connection not ready (closed?)")?;
             let response = self.sender.send_request(req).await.context("sending the request")?;
@@ -208,7 +212,13 @@ pub async fn send(addr: SocketAddr, req: Request<ClientBody>) -> anyhow::Result<
 
 /// `method path` with a generated body of `n` bytes (never in memory) on a new connection;
 /// the response is read whole.
-pub async fn upload(addr: SocketAddr, method: Method, path: &str, n: u64, within: Duration) -> anyhow::Result<Response> {
+pub async fn upload(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    n: u64,
+    within: Duration,
+) -> anyhow::Result<Response> {
     let mut conn = Connection::open(addr).await?;
     let req = request(method, addr, path, GeneratedBody::new(n).boxed());
     let (status, headers, body) = tokio::time::timeout(within, async {

@@ -15,6 +15,11 @@
 //!   requests, smuggling attempts and PROXY protocol headers.
 //! - [`log`]: the HAProxy `httplog` / `tcplog` line formats as strict regular expressions.
 //! - [`bin_path`], [`free_port`], [`wait_until`]: finding binaries, picking ports, polling.
+//! - [`load`]: a load generator (new-connection, keep-alive and slow clients) that classifies
+//!   every request by how it ended: for reloads under load, and the `lb-load` benchmark tool.
+//! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
+//! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
+//! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -30,7 +35,11 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod lbctl;
+pub mod load;
 pub mod log;
+pub mod notify;
+pub mod procfs;
 mod proxy;
 pub mod raw;
 mod server;
@@ -42,11 +51,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use proxy::{run_lb_proxy, ProxyProcess, StartError};
-pub use server::{RecordedRequest, TestServer};
-pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
 /// Signals for [`ProxyProcess::kill_with`].
 pub use nix::sys::signal::Signal;
+pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
+pub use server::{RecordedRequest, TestServer};
+pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

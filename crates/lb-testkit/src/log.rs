@@ -43,7 +43,9 @@ pub fn httplog_regex() -> &'static Regex {
 /// The full httplog syslog datagram (RFC 3164 header included).
 pub fn httplog_syslog_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| Regex::new(&format!("^{SYSLOG_HEADER}{}", httplog_message())).expect("the httplog regex compiles"))
+    RE.get_or_init(|| {
+        Regex::new(&format!("^{SYSLOG_HEADER}{}", httplog_message())).expect("the httplog regex compiles")
+    })
 }
 
 /// The full tcplog line (header included).
@@ -183,10 +185,7 @@ impl TcpLogLine {
 
 /// Parses every line of `lines` as httplog; panics naming the first line that is not one.
 pub fn parse_all_http(lines: &[String]) -> Vec<HttpLogLine> {
-    lines
-        .iter()
-        .map(|l| HttpLogLine::parse(l).unwrap_or_else(|| panic!("not a strict httplog line: {l:?}")))
-        .collect()
+    lines.iter().map(|l| HttpLogLine::parse(l).unwrap_or_else(|| panic!("not a strict httplog line: {l:?}"))).collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! [`ProxyProcess`]: the real `lb-proxy` binary, started on a configuration the test wrote.
 
 use std::collections::HashSet;
+use std::ffi::OsString;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -36,9 +37,35 @@ pub struct ProxyProcess {
     dir: tempfile::TempDir,
     config_path: PathBuf,
     tcp_ports: Vec<u16>,
+    /// The master's control socket (`global.control_socket`).
+    control_socket: PathBuf,
     stdout: Lines,
     stderr: Lines,
     readers: Vec<JoinHandle<()>>,
+}
+
+/// How to start the master, beyond its configuration: [`ProxyProcess::start_with_options`].
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// The binary to run instead of this build's `lb-proxy` (a copy, to replace it later: a
+    /// reload execs the path the master was started from).
+    pub binary: Option<PathBuf>,
+    /// Environment variables added to the master's (e.g. `NOTIFY_SOCKET`).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl StartOptions {
+    /// Options that add `name=value` to the master's environment.
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> StartOptions {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Options that run `binary` instead of this build's `lb-proxy`.
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> StartOptions {
+        self.binary = Some(binary.into());
+        self
+    }
 }
 
 impl fmt::Debug for ProxyProcess {
@@ -74,10 +101,9 @@ impl fmt::Display for StartError {
             StartError::Exited { status, stderr } => {
                 write!(f, "lb-proxy exited during start ({status}); stderr:\n{stderr}")
             }
-            StartError::NotListening { missing, stderr } => write!(
-                f,
-                "lb-proxy did not listen on {missing} within {START_TIMEOUT:?}; stderr:\n{stderr}"
-            ),
+            StartError::NotListening { missing, stderr } => {
+                write!(f, "lb-proxy did not listen on {missing} within {START_TIMEOUT:?}; stderr:\n{stderr}")
+            }
         }
     }
 }
@@ -95,10 +121,21 @@ impl ProxyProcess {
     /// Picks `ports` free ports, builds the configuration with `yaml(&ports)` and starts it;
     /// when lb-proxy reports an address in use, tries again with new ports (5 tries).
     pub fn start_with(ports: usize, yaml: impl Fn(&[u16]) -> String) -> ProxyProcess {
+        ProxyProcess::start_with_options(ports, &StartOptions::default(), yaml)
+    }
+
+    /// [`ProxyProcess::start_with`], the master started with `env` added to its environment.
+    pub fn start_with_env(ports: usize, env: &[(&str, &str)], yaml: impl Fn(&[u16]) -> String) -> ProxyProcess {
+        let options = env.iter().fold(StartOptions::default(), |o, (name, value)| o.env(*name, *value));
+        ProxyProcess::start_with_options(ports, &options, yaml)
+    }
+
+    /// [`ProxyProcess::start_with`] with [`StartOptions`] (another binary, more environment).
+    pub fn start_with_options(ports: usize, options: &StartOptions, yaml: impl Fn(&[u16]) -> String) -> ProxyProcess {
         let mut last = None;
         for _ in 0..START_TRIES {
             let picked: Vec<u16> = (0..ports).map(|_| free_port()).collect();
-            match ProxyProcess::try_start(&yaml(&picked)) {
+            match ProxyProcess::try_start_with_options(&yaml(&picked), options) {
                 Ok(proxy) => return proxy,
                 Err(e @ StartError::AddressInUse { .. }) => last = Some(e),
                 Err(e) => panic!("{e}"),
@@ -110,6 +147,11 @@ impl ProxyProcess {
     /// Starts lb-proxy on `yaml`, written to `lb-proxy.yaml` in a temporary directory (relative
     /// paths in it are taken from there), and waits until every frontend address listens.
     pub fn try_start(yaml: &str) -> Result<ProxyProcess, StartError> {
+        ProxyProcess::try_start_with_options(yaml, &StartOptions::default())
+    }
+
+    /// [`ProxyProcess::try_start`] with [`StartOptions`].
+    pub fn try_start_with_options(yaml: &str, options: &StartOptions) -> Result<ProxyProcess, StartError> {
         let dir = tempfile::Builder::new()
             .prefix("lb-proxy-test-")
             .tempdir()
@@ -128,9 +170,12 @@ impl ProxyProcess {
             }
         }
 
-        let mut child = Command::new(bin_path("lb-proxy"))
+        let control_socket = dir.path().join(&config.global.control_socket);
+        let binary = options.binary.clone().unwrap_or_else(|| bin_path("lb-proxy"));
+        let mut child = Command::new(binary)
             .arg("-f")
             .arg(&config_path)
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -146,16 +191,8 @@ impl ProxyProcess {
         if let Some(err) = child.stderr.take() {
             readers.push(read_lines(err, stderr.clone(), "lb-proxy-stderr"));
         }
-        let mut proxy = ProxyProcess {
-            child,
-            exit: None,
-            dir,
-            config_path,
-            tcp_ports,
-            stdout,
-            stderr,
-            readers,
-        };
+        let mut proxy =
+            ProxyProcess { child, exit: None, dir, config_path, tcp_ports, control_socket, stdout, stderr, readers };
 
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -190,18 +227,10 @@ impl ProxyProcess {
         let inodes = socket_inodes(self.pid());
         let tcp = listening_tcp_ports(&inodes);
         let unix = listening_unix_paths(&inodes);
-        let mut missing: Vec<String> = self
-            .tcp_ports
-            .iter()
-            .filter(|p| !tcp.contains(p))
-            .map(|p| format!("port {p}"))
-            .collect();
-        missing.extend(
-            unix_paths
-                .iter()
-                .filter(|p| !unix.contains(p.as_path()))
-                .map(|p| format!("unix:{}", p.display())),
-        );
+        let mut missing: Vec<String> =
+            self.tcp_ports.iter().filter(|p| !tcp.contains(p)).map(|p| format!("port {p}")).collect();
+        missing
+            .extend(unix_paths.iter().filter(|p| !unix.contains(p.as_path())).map(|p| format!("unix:{}", p.display())));
         missing
     }
 
@@ -227,6 +256,43 @@ impl ProxyProcess {
 
     pub fn config_path(&self) -> &Path {
         &self.config_path
+    }
+
+    /// The master's control socket (the private one [`ProxyProcess`] put in the configuration,
+    /// unless the test named one).
+    pub fn control_socket(&self) -> &Path {
+        &self.control_socket
+    }
+
+    /// Replaces the configuration file with `yaml` (given the same private control socket as at
+    /// start), atomically: written beside it, then renamed over it. Takes effect at the next
+    /// reload.
+    pub fn write_config(&self, yaml: &str) {
+        let yaml = with_private_control_socket(yaml, self.dir.path());
+        let temporary = self.dir.path().join(".lb-proxy.yaml.new");
+        std::fs::write(&temporary, yaml).expect("writing the new configuration");
+        std::fs::rename(&temporary, &self.config_path).expect("renaming the new configuration into place");
+    }
+
+    /// `lbctl reload` on this master (see [`crate::lbctl::reload`]).
+    pub async fn reload(&self) -> Result<crate::lbctl::Reloaded, crate::lbctl::LbctlOutput> {
+        crate::lbctl::reload(&self.control_socket).await
+    }
+
+    /// `lbctl ARGS…` on this master.
+    pub async fn lbctl(&self, args: &[&str]) -> crate::lbctl::LbctlOutput {
+        crate::lbctl::lbctl(&self.control_socket, args).await
+    }
+
+    /// `show proc`, straight over the control socket.
+    pub async fn show_proc(&self) -> crate::lbctl::ProcTable {
+        crate::lbctl::show_proc_direct(&self.control_socket).await.unwrap_or_else(|e| panic!("show proc: {e:#}"))
+    }
+
+    /// The current worker's pid, from `show proc` (None while there is none).
+    pub async fn current_worker(&self) -> Option<u32> {
+        let table = self.show_proc().await;
+        table.workers.iter().find(|w| w.role == crate::lbctl::Role::Current).map(|w| w.pid)
     }
 
     pub fn pid(&self) -> u32 {

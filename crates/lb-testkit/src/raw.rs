@@ -86,7 +86,13 @@ impl RawConn {
         let mut chunk = [0u8; 16 * 1024];
         let n = tokio::time::timeout_at(deadline, self.stream.read(&mut chunk))
             .await
-            .map_err(|_| anyhow!("timed out waiting for data ({} bytes unparsed: {:?})", self.buf.len(), String::from_utf8_lossy(&self.buf)))?
+            .map_err(|_| {
+                anyhow!(
+                    "timed out waiting for data ({} bytes unparsed: {:?})",
+                    self.buf.len(),
+                    String::from_utf8_lossy(&self.buf)
+                )
+            })?
             .context("reading")?;
         if n == 0 {
             self.eof = true;
@@ -123,7 +129,8 @@ impl RawConn {
             }
         };
         self.buf.drain(..head_len);
-        let find = |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned());
+        let find =
+            |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned());
         let body = if status < 200 || status == 204 || status == 304 {
             Vec::new()
         } else if find("transfer-encoding").is_some_and(|te| te.to_ascii_lowercase().ends_with("chunked")) {

@@ -319,7 +319,11 @@ impl Drop for InFlight<'_> {
     }
 }
 
-async fn handle(shared: Arc<Shared>, connection: u64, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
+async fn handle(
+    shared: Arc<Shared>,
+    connection: u64,
+    req: Request<Incoming>,
+) -> Result<Response<ResponseBody>, Infallible> {
     let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
     let _in_flight = InFlight(&shared.in_flight);

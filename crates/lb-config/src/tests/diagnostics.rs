@@ -31,10 +31,7 @@ fn server_addresses_must_be_ip_and_port() {
         ("'10.0.0.1:'", "expected IP:port, got `10.0.0.1:` (the port is missing)"),
         ("10.0.0.1:http", "invalid port http"),
         ("10.0.0.1:0", "invalid port 0"),
-        (
-            "'::1:80'",
-            "expected IP:port, got `::1:80` (write an IPv6 address in brackets: [::1]:80)",
-        ),
+        ("'::1:80'", "expected IP:port, got `::1:80` (write an IPv6 address in brackets: [::1]:80)"),
     ];
     for (address, message) in cases {
         let text = MINIMAL.replace("10.0.0.1:80", address);
@@ -53,8 +50,7 @@ fn unknown_keys_are_rejected_where_they_are_written() {
     );
     let text = format!("{MINIMAL}listen: {{}}\n");
     assert!(error(&text).starts_with("proxy.yaml:9:1: unknown field `listen`, expected one of"));
-    let text =
-        MINIMAL.replace("    default_backend", "    timeouts: { clinet: 1s }\n    default_backend");
+    let text = MINIMAL.replace("    default_backend", "    timeouts: { clinet: 1s }\n    default_backend");
     assert!(
         error(&text).starts_with("proxy.yaml:4:17: frontends[0].timeouts: unknown field `clinet`"),
         "{}",
@@ -111,14 +107,8 @@ fn syntax_errors_carry_their_location() {
 
 #[test]
 fn duplicate_keys_are_reported_at_the_second() {
-    let text = MINIMAL.replace(
-        "    default_backend: app\n",
-        "    default_backend: app\n    default_backend: web\n",
-    );
-    assert_eq!(
-        error(&text),
-        "proxy.yaml:5:5: frontends[0].default_backend: duplicate key (first written at line 4)"
-    );
+    let text = MINIMAL.replace("    default_backend: app\n", "    default_backend: app\n    default_backend: web\n");
+    assert_eq!(error(&text), "proxy.yaml:5:5: frontends[0].default_backend: duplicate key (first written at line 4)");
 }
 
 #[test]
@@ -221,14 +211,9 @@ backends:
 #[test]
 fn health_check_details_only_apply_to_http_checks() {
     let text = MINIMAL.replace("    servers:", "    health_check: { path: /ping }\n    servers:");
-    assert_eq!(
-        error(&text),
-        "proxy.yaml:7:27: backends[0].health_check.path: only applies to `type: http` checks"
-    );
-    let text = MINIMAL.replace(
-        "    servers:",
-        "    health_check: { type: http, path: ping, method: 'GE T' }\n    servers:",
-    );
+    assert_eq!(error(&text), "proxy.yaml:7:27: backends[0].health_check.path: only applies to `type: http` checks");
+    let text =
+        MINIMAL.replace("    servers:", "    health_check: { type: http, path: ping, method: 'GE T' }\n    servers:");
     assert_eq!(
         errors(&text),
         [
@@ -264,9 +249,7 @@ backends:
 
 #[test]
 fn the_error_lists_every_diagnostic_one_per_line() {
-    let text = MINIMAL
-        .replace("10.0.0.1:80", "10.0.0.1:x")
-        .replace("app\n    servers", "nope\n    servers");
+    let text = MINIMAL.replace("10.0.0.1:80", "10.0.0.1:x").replace("app\n    servers", "nope\n    servers");
     let e = Config::parse(&text, "p.yaml").expect_err("invalid");
     assert_eq!(e.diagnostics().len(), 2);
     let shown = e.to_string();
@@ -292,17 +275,11 @@ fn diagnostics_from_a_file_name_it_as_given() {
     let path = dir.path().join("bad.yaml");
     std::fs::write(&path, "frontends: []\n").expect("write");
     let e = Config::load(&path).expect_err("invalid");
-    assert_eq!(
-        e.to_string(),
-        format!("{}:1:12: frontends: at least one frontend is required", path.display())
-    );
+    assert_eq!(e.to_string(), format!("{}:1:12: frontends: at least one frontend is required", path.display()));
 }
 
 #[test]
 fn an_empty_document_needs_a_frontend() {
     assert_eq!(error(""), "proxy.yaml:1:1: frontends: at least one frontend is required");
-    assert_eq!(
-        error("# nothing\n"),
-        "proxy.yaml:1:1: frontends: at least one frontend is required"
-    );
+    assert_eq!(error("# nothing\n"), "proxy.yaml:1:1: frontends: at least one frontend is required");
 }

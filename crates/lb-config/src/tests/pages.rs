@@ -15,8 +15,7 @@ fn every_generated_status_has_a_json_default() {
         r#"{"status":503,"error":"Service Unavailable","message":"No server is available to handle this request."}"#
     );
     let headers = [("content-type", "application/json"), ("cache-control", "no-cache")];
-    let expected: Vec<(String, String)> =
-        headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+    let expected: Vec<(String, String)> = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
     assert_eq!(page.headers, expected);
     assert_eq!(page.source, None);
     for status in ErrorPages::STATUSES {
@@ -48,8 +47,7 @@ fn errorfiles_are_raw_http_responses() {
     assert_eq!(page.body, b"<h1>down</h1>\n");
 
     // Files edited on Unix often have bare LF line ends.
-    let page = parse_error_file(b"HTTP/1.1 502 Bad Gateway\nContent-Type: text/plain\n\nbad\n")
-        .expect("LF errorfile");
+    let page = parse_error_file(b"HTTP/1.1 502 Bad Gateway\nContent-Type: text/plain\n\nbad\n").expect("LF errorfile");
     assert_eq!((page.status, page.body.as_slice()), (502, &b"bad\n"[..]));
 
     assert!(parse_error_file(b"<html>oops</html>").is_err());
@@ -103,11 +101,18 @@ fn errorfile_problems_point_at_the_status_key() {
         "3:5: defaults.error_files.404: `404` is not a status lb-proxy generates: expected one of \
          400, 403, 408, 500, 502, 503, 504"
     );
-    assert_eq!(shown[1], "4:5: defaults.error_files.503: error file DIR/502.http has status 502, but is configured for 503");
-    assert!(shown[2].starts_with("5:5: defaults.error_files.504: error file DIR/junk.http is not a valid HTTP/1.x response"), "{}", shown[2]);
+    assert_eq!(
+        shown[1],
+        "4:5: defaults.error_files.503: error file DIR/502.http has status 502, but is configured for 503"
+    );
     assert!(
-        shown[3]
-            .starts_with("6:5: defaults.error_files.500: cannot read error file DIR/missing.http"),
+        shown[2]
+            .starts_with("5:5: defaults.error_files.504: error file DIR/junk.http is not a valid HTTP/1.x response"),
+        "{}",
+        shown[2]
+    );
+    assert!(
+        shown[3].starts_with("6:5: defaults.error_files.500: cannot read error file DIR/missing.http"),
         "{}",
         shown[3]
     );
@@ -115,14 +120,13 @@ fn errorfile_problems_point_at_the_status_key() {
 
 #[test]
 fn frontend_errorfile_problems_carry_the_frontend_path() {
-    let text = MINIMAL.replace(
-        "    default_backend",
-        "    error_files: { 503: /nonexistent/503.http }\n    default_backend",
-    );
+    let text =
+        MINIMAL.replace("    default_backend", "    error_files: { 503: /nonexistent/503.http }\n    default_backend");
     let all = errors(&text);
     assert_eq!(all.len(), 1);
     assert!(
-        all[0].starts_with("proxy.yaml:4:20: frontends[0].error_files.503: cannot read error file /nonexistent/503.http"),
+        all[0]
+            .starts_with("proxy.yaml:4:20: frontends[0].error_files.503: cannot read error file /nonexistent/503.http"),
         "{}",
         all[0]
     );

@@ -26,8 +26,7 @@ fn mangled_configs_are_handled() {
         state ^= state << 17;
         state
     };
-    let alphabet: Vec<char> =
-        " \n\t:-[]{},'\"&*!|>#%@`?0123456789abcxyz~.é\u{feff}".chars().collect();
+    let alphabet: Vec<char> = " \n\t:-[]{},'\"&*!|>#%@`?0123456789abcxyz~.é\u{feff}".chars().collect();
     for _ in 0..600 {
         let mut chars: Vec<char> = RICH.chars().collect();
         for _ in 0..(1 + next() % 6) {

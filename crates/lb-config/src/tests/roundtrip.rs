@@ -66,10 +66,9 @@ fn a_hand_built_config_survives_a_round_trip() {
     config.global.user = Some("123".to_owned());
     config.global.log.target = LogTarget::SyslogUnix(PathBuf::from("/dev/log"));
     config.global.log.hostname = Some("true".to_owned());
-    config.frontends[0].binds.push(Bind {
-        address: ListenAddr::Unix(PathBuf::from("/run/x y.sock")),
-        accept_proxy: true,
-    });
+    config.frontends[0]
+        .binds
+        .push(Bind { address: ListenAddr::Unix(PathBuf::from("/run/x y.sock")), accept_proxy: true });
     config.frontends[0].max_header_size = 10_000;
     config.frontends[0].timeouts.client = Duration::from_millis(90_061);
     let backend = &mut config.backends[0];
@@ -85,11 +84,7 @@ fn a_hand_built_config_survives_a_round_trip() {
         max_connections: Some(1),
         state: AdminState::Maint,
     });
-    backend.health_check.kind = CheckKind::Http {
-        method: "OPTIONS".to_owned(),
-        path: "/".to_owned(),
-        host: None,
-        expect_status: 599,
-    };
+    backend.health_check.kind =
+        CheckKind::Http { method: "OPTIONS".to_owned(), path: "/".to_owned(), host: None, expect_status: 599 };
     assert_eq!(round_trip(&config), config);
 }

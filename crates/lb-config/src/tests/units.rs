@@ -54,8 +54,7 @@ fn durations_render_in_the_largest_exact_unit() {
 
 #[test]
 fn sizes_accept_bytes_kilobytes_and_megabytes() {
-    let cases =
-        [("16384", 16_384), ("16k", 16_384), ("16K", 16_384), ("1m", 1_048_576), ("2M", 2_097_152)];
+    let cases = [("16384", 16_384), ("16k", 16_384), ("16K", 16_384), ("1m", 1_048_576), ("2M", 2_097_152)];
     for (text, bytes) in cases {
         assert_eq!(parse_size(text), Ok(bytes), "{text}");
     }

@@ -30,10 +30,7 @@ fn a_minimal_config_gets_every_default() {
     let web = config.frontend("web").expect("frontend web");
     assert_eq!(web.mode, Mode::Http);
     assert!(!web.tls);
-    assert_eq!(
-        web.binds,
-        vec![Bind { address: ListenAddr::Tcp(addr("127.0.0.1:8080")), accept_proxy: false }]
-    );
+    assert_eq!(web.binds, vec![Bind { address: ListenAddr::Tcp(addr("127.0.0.1:8080")), accept_proxy: false }]);
     assert_eq!(web.max_connections, None);
     assert_eq!(web.max_header_size, 16 * 1024);
     assert!(web.forward_for);
@@ -55,10 +52,7 @@ fn a_minimal_config_gets_every_default() {
     assert!(app.redispatch);
     assert_eq!(app.http_reuse, HttpReuse::Never);
     assert_eq!(app.timeouts, expected);
-    assert_eq!(
-        app.health_check,
-        HealthCheck { kind: CheckKind::Tcp, interval: secs(2), rise: 2, fall: 3 }
-    );
+    assert_eq!(app.health_check, HealthCheck { kind: CheckKind::Tcp, interval: secs(2), rise: 2, fall: 3 });
     let server = &app.servers[0];
     assert_eq!(server.address, addr("10.0.0.1:80"));
     assert_eq!(server.weight, 1);
@@ -86,8 +80,7 @@ fn the_rich_config_resolves_every_key() {
     assert_eq!(g.log.hostname.as_deref(), Some("lb1"));
 
     let https = config.frontend("https_in").expect("https_in");
-    let binds: Vec<(String, bool)> =
-        https.binds.iter().map(|b| (b.address.to_string(), b.accept_proxy)).collect();
+    let binds: Vec<(String, bool)> = https.binds.iter().map(|b| (b.address.to_string(), b.accept_proxy)).collect();
     let unix = format!("unix:{}", base.join("run/in.sock").display());
     let expected = [
         ("127.0.0.1:8443".to_owned(), true),
@@ -104,11 +97,7 @@ fn the_rich_config_resolves_every_key() {
     assert_eq!(https.rules.len(), 3);
     assert_eq!(
         https.rules[2],
-        Rule {
-            path_prefix: Some("/v2".to_owned()),
-            host: Some("x.example.com".to_owned()),
-            backend: "v2".to_owned()
-        }
+        Rule { path_prefix: Some("/v2".to_owned()), host: Some("x.example.com".to_owned()), backend: "v2".to_owned() }
     );
 
     let tcp_in = config.frontend("tcp_in").expect("tcp_in");
@@ -204,8 +193,7 @@ fn bind_and_log_address_forms() {
          frontends: [{ name: f, bind: [':81', '*:82', '[::]:83', 'unix:/run/x.sock'], default_backend: b }]\n\
          backends: [{ name: b }]\n",
     );
-    let binds: Vec<String> =
-        config.frontends[0].binds.iter().map(|b| b.address.to_string()).collect();
+    let binds: Vec<String> = config.frontends[0].binds.iter().map(|b| b.address.to_string()).collect();
     assert_eq!(binds, ["0.0.0.0:81", "0.0.0.0:82", "[::]:83", "unix:/run/x.sock"]);
     assert_eq!(config.global.log.target, LogTarget::SyslogUdp(addr("10.0.0.9:514")));
     for (target, expected) in [
@@ -214,10 +202,7 @@ fn bind_and_log_address_forms() {
         ("unix:/dev/log", LogTarget::SyslogUnix(PathBuf::from("/dev/log"))),
         ("'udp:[::1]:514'", LogTarget::SyslogUdp(addr("[::1]:514"))),
     ] {
-        let text = MINIMAL.replace(
-            "frontends:",
-            &format!("global: {{ log: {{ target: {target} }} }}\nfrontends:"),
-        );
+        let text = MINIMAL.replace("frontends:", &format!("global: {{ log: {{ target: {target} }} }}\nfrontends:"));
         let config = parse_ok(&text);
         assert_eq!(config.global.log.target, expected);
         assert_eq!(config.global.log.target.to_string(), target.trim_matches('\''));
@@ -245,7 +230,6 @@ fn enumerated_values_display_as_written() {
 
 #[test]
 fn keywords_are_case_insensitive() {
-    let config =
-        parse_ok(&MINIMAL.replace("  - name: app\n", "  - name: app\n    balance: RoundRobin\n"));
+    let config = parse_ok(&MINIMAL.replace("  - name: app\n", "  - name: app\n    balance: RoundRobin\n"));
     assert_eq!(config.backends[0].balance, Balance::RoundRobin);
 }

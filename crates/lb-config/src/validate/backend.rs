@@ -6,8 +6,7 @@ use super::sections::{retries, timeouts, Defaults};
 use super::Ctx;
 use crate::address::parse_socket_addr;
 use crate::defaults::{
-    CHECK_FALL, CHECK_INTERVAL, CHECK_METHOD, CHECK_PATH, CHECK_RISE, CHECK_STATUS, MAX_WEIGHT,
-    WEIGHT,
+    CHECK_FALL, CHECK_INTERVAL, CHECK_METHOD, CHECK_PATH, CHECK_RISE, CHECK_STATUS, MAX_WEIGHT, WEIGHT,
 };
 use crate::locate::{child, item};
 use crate::model::{AdminState, Backend, Balance, CheckKind, HealthCheck, HttpReuse, Mode, Server};
@@ -23,8 +22,7 @@ pub(super) fn backend(ctx: &mut Ctx<'_>, path: &str, raw: &RawBackend, d: &Defau
         if !server.name.is_empty() {
             if let Some(first) = names.get(&server.name) {
                 let line = ctx.line_of(first);
-                let message =
-                    format!("duplicate server name `{}` (first at line {line})", server.name);
+                let message = format!("duplicate server name `{}` (first at line {line})", server.name);
                 ctx.error(&child(&server_path, "name"), message);
             } else {
                 names.insert(server.name.clone(), child(&server_path, "name"));
@@ -35,9 +33,7 @@ pub(super) fn backend(ctx: &mut Ctx<'_>, path: &str, raw: &RawBackend, d: &Defau
     Backend {
         name: ctx.name(path, raw.name.as_ref()),
         mode: ctx.keyword(path, "mode", raw.mode.as_ref(), Mode::KEYWORDS).unwrap_or(d.mode),
-        balance: ctx
-            .keyword(path, "balance", raw.balance.as_ref(), Balance::KEYWORDS)
-            .unwrap_or(d.balance),
+        balance: ctx.keyword(path, "balance", raw.balance.as_ref(), Balance::KEYWORDS).unwrap_or(d.balance),
         servers,
         health_check: health_check(ctx, &child(path, "health_check"), raw.health_check.as_ref()),
         timeouts: timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), d.timeouts),
@@ -71,9 +67,7 @@ fn server(ctx: &mut Ctx<'_>, path: &str, raw: &RawServer) -> Server {
         check: raw.check.unwrap_or(false),
         slowstart: ctx.duration(path, "slowstart", raw.slowstart.as_ref()),
         max_connections: ctx.limit(path, "max_connections", raw.max_connections),
-        state: ctx
-            .keyword(path, "state", raw.state.as_ref(), AdminState::KEYWORDS)
-            .unwrap_or(AdminState::Ready),
+        state: ctx.keyword(path, "state", raw.state.as_ref(), AdminState::KEYWORDS).unwrap_or(AdminState::Ready),
     }
 }
 
@@ -90,9 +84,7 @@ fn health_check(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHealthCheck>) -> 
         return HealthCheck::default();
     };
     let kind = ctx.keyword(path, "type", raw.kind.as_ref(), KINDS).unwrap_or(Kind::Tcp);
-    let count = |ctx: &mut Ctx<'_>, key, value| {
-        ctx.int(path, key, value, 1..=100).and_then(|n| u32::try_from(n).ok())
-    };
+    let count = |ctx: &mut Ctx<'_>, key, value| ctx.int(path, key, value, 1..=100).and_then(|n| u32::try_from(n).ok());
     let interval = ctx.duration(path, "interval", raw.interval.as_ref());
     let rise = count(ctx, "rise", raw.rise);
     let fall = count(ctx, "fall", raw.fall);
@@ -124,19 +116,12 @@ fn health_check(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHealthCheck>) -> 
 fn http_check(ctx: &mut Ctx<'_>, path: &str, raw: &RawHealthCheck) -> CheckKind {
     let method = raw.method.clone().unwrap_or_else(|| CHECK_METHOD.to_owned());
     // The method goes on the request line as is: it must be an HTTP token.
-    if method.is_empty()
-        || !method.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-    {
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
         ctx.error(&child(path, "method"), format!("invalid HTTP method `{method}`"));
     }
     let check_path = raw.path.clone().unwrap_or_else(|| CHECK_PATH.to_owned());
-    if !check_path.starts_with('/')
-        || check_path.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        ctx.error(
-            &child(path, "path"),
-            format!("`{check_path}` must start with `/` and contain no spaces"),
-        );
+    if !check_path.starts_with('/') || check_path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        ctx.error(&child(path, "path"), format!("`{check_path}` must start with `/` and contain no spaces"));
     }
     let expect_status = ctx.int(path, "expect_status", raw.expect_status, 100..=599);
     CheckKind::Http {

@@ -30,18 +30,10 @@ pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Def
         ctx.error(path, "at least one `bind` address is required");
     }
     let rules_path = child(path, "rules");
-    let rules: Vec<Rule> = raw
-        .rules
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, r)| rule(ctx, &item(&rules_path, i), r))
-        .collect();
+    let rules: Vec<Rule> =
+        raw.rules.iter().flatten().enumerate().map(|(i, r)| rule(ctx, &item(&rules_path, i), r)).collect();
     if raw.default_backend.is_none() && rules.is_empty() {
-        ctx.error(
-            path,
-            "needs a `default_backend` or at least one rule: no request could be routed",
-        );
+        ctx.error(path, "needs a `default_backend` or at least one rule: no request could be routed");
     }
     let files = error_files(ctx, &child(path, "error_files"), raw.error_files.as_ref());
     let frontend = Frontend {
@@ -53,8 +45,7 @@ pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Def
         rules,
         max_connections: ctx.limit(path, "max_connections", raw.max_connections),
         timeouts: timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), d.timeouts),
-        max_header_size: header_size(ctx, path, raw.max_header_size.as_ref())
-            .unwrap_or(d.max_header_size),
+        max_header_size: header_size(ctx, path, raw.max_header_size.as_ref()).unwrap_or(d.max_header_size),
         forward_for: raw.forward_for.unwrap_or(d.forward_for),
         error_pages: merged(&d.error_pages, files),
     };
@@ -62,12 +53,7 @@ pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Def
 }
 
 /// A string entry takes the frontend's `accept_proxy`; a map entry may set its own.
-fn bind(
-    ctx: &mut Ctx<'_>,
-    path: &str,
-    raw: &RawBind,
-    accept_proxy: bool,
-) -> Option<(String, Bind)> {
+fn bind(ctx: &mut Ctx<'_>, path: &str, raw: &RawBind, accept_proxy: bool) -> Option<(String, Bind)> {
     let (text, field, accept_proxy) = match raw {
         RawBind::Address(text) => (text, path.to_owned(), accept_proxy),
         RawBind::Map(map) => {

@@ -21,9 +21,7 @@ pub(super) fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Global {
     };
     let worker_threads = ctx.int(path, "worker_threads", raw.worker_threads, 1..=1024);
     Global {
-        max_connections: ctx
-            .limit(path, "max_connections", raw.max_connections)
-            .unwrap_or(MAX_CONNECTIONS),
+        max_connections: ctx.limit(path, "max_connections", raw.max_connections).unwrap_or(MAX_CONNECTIONS),
         worker_threads: worker_threads.and_then(|n| usize::try_from(n).ok()),
         user: ctx.word(path, "user", raw.user.as_ref()),
         group: ctx.word(path, "group", raw.group.as_ref()),
@@ -72,13 +70,9 @@ fn log(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawLog>) -> Log {
     }
     Log {
         target: target.unwrap_or(LogTarget::Stdout),
-        format: ctx
-            .keyword(path, "format", raw.format.as_ref(), LogFormat::KEYWORDS)
-            .unwrap_or(LogFormat::Haproxy),
+        format: ctx.keyword(path, "format", raw.format.as_ref(), LogFormat::KEYWORDS).unwrap_or(LogFormat::Haproxy),
         tag: tag.unwrap_or_else(|| LOG_TAG.to_owned()),
-        facility: ctx
-            .keyword(path, "facility", raw.facility.as_ref(), Facility::KEYWORDS)
-            .unwrap_or(Facility::Local0),
+        facility: ctx.keyword(path, "facility", raw.facility.as_ref(), Facility::KEYWORDS).unwrap_or(Facility::Local0),
         hostname: ctx.word(path, "hostname", raw.hostname.as_ref()),
     }
 }

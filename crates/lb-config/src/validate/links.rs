@@ -9,12 +9,7 @@ use crate::locate::{child, item};
 use crate::model::{Backend, ListenAddr, Mode};
 use crate::raw::RawFrontend;
 
-pub(super) fn check(
-    ctx: &mut Ctx<'_>,
-    raw_frontends: &[RawFrontend],
-    frontends: &[Checked],
-    backends: &[Backend],
-) {
+pub(super) fn check(ctx: &mut Ctx<'_>, raw_frontends: &[RawFrontend], frontends: &[Checked], backends: &[Backend]) {
     let names = frontends.iter().map(|c| c.frontend.name.as_str());
     unique_names(ctx, "frontends", "frontend", names);
     unique_names(ctx, "backends", "backend", backends.iter().map(|b| b.name.as_str()));
@@ -36,24 +31,13 @@ pub(super) fn check(
                 );
             }
             if raw.rules.as_ref().and_then(|r| r.get(j)).is_some_and(|r| r.backend.is_some()) {
-                reference(
-                    ctx,
-                    &child(&rule_path, "backend"),
-                    frontend.mode,
-                    &rule.backend,
-                    backends,
-                );
+                reference(ctx, &child(&rule_path, "backend"), frontend.mode, &rule.backend, backends);
             }
         }
     }
 }
 
-fn unique_names<'a>(
-    ctx: &mut Ctx<'_>,
-    section: &str,
-    what: &str,
-    names: impl Iterator<Item = &'a str>,
-) {
+fn unique_names<'a>(ctx: &mut Ctx<'_>, section: &str, what: &str, names: impl Iterator<Item = &'a str>) {
     let mut first: HashMap<&str, String> = HashMap::new();
     for (i, name) in names.enumerate() {
         let field = child(&item(section, i), "name");
@@ -80,10 +64,7 @@ fn unique_binds(ctx: &mut Ctx<'_>, frontends: &[Checked]) {
             match first.get(&bind.address) {
                 Some((owner, earlier)) => {
                     let line = ctx.line_of(earlier);
-                    let message = format!(
-                        "`{}` is already bound by frontend `{owner}` (line {line})",
-                        bind.address
-                    );
+                    let message = format!("`{}` is already bound by frontend `{owner}` (line {line})", bind.address);
                     ctx.error(field, message);
                 }
                 None => {
@@ -98,8 +79,9 @@ fn unique_binds(ctx: &mut Ctx<'_>, frontends: &[Checked]) {
 fn reference(ctx: &mut Ctx<'_>, field: &str, mode: Mode, name: &str, backends: &[Backend]) {
     match backends.iter().find(|b| b.name == name) {
         None => ctx.error(field, format!("no backend named `{name}`")),
-        Some(backend) if backend.mode != mode => ctx
-            .error(field, format!("frontend mode {mode} but backend `{name}` is {}", backend.mode)),
+        Some(backend) if backend.mode != mode => {
+            ctx.error(field, format!("frontend mode {mode} but backend `{name}` is {}", backend.mode))
+        }
         Some(_) => {}
     }
 }

@@ -29,21 +29,17 @@ pub(super) fn defaults(ctx: &mut Ctx<'_>, raw: Option<&RawDefaults>) -> Defaults
     let path = "defaults";
     let empty = RawDefaults::default();
     let raw = raw.unwrap_or(&empty);
-    let timeouts =
-        timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), Timeouts::default());
+    let timeouts = timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), Timeouts::default());
     let files = error_files(ctx, &child(path, "error_files"), raw.error_files.as_ref());
     Defaults {
         mode: ctx.keyword(path, "mode", raw.mode.as_ref(), Mode::KEYWORDS).unwrap_or(Mode::Http),
-        balance: ctx
-            .keyword(path, "balance", raw.balance.as_ref(), Balance::KEYWORDS)
-            .unwrap_or(Balance::LeastConn),
+        balance: ctx.keyword(path, "balance", raw.balance.as_ref(), Balance::KEYWORDS).unwrap_or(Balance::LeastConn),
         retries: retries(ctx, path, raw.retries).unwrap_or(RETRIES),
         redispatch: raw.redispatch.unwrap_or(true),
         http_reuse: ctx
             .keyword(path, "http_reuse", raw.http_reuse.as_ref(), HttpReuse::KEYWORDS)
             .unwrap_or(HttpReuse::Never),
-        max_header_size: header_size(ctx, path, raw.max_header_size.as_ref())
-            .unwrap_or(MAX_HEADER_SIZE),
+        max_header_size: header_size(ctx, path, raw.max_header_size.as_ref()).unwrap_or(MAX_HEADER_SIZE),
         forward_for: raw.forward_for.unwrap_or(true),
         timeouts,
         error_pages: merged(&ErrorPages::defaults(), files),
@@ -59,20 +55,13 @@ pub(super) fn header_size(ctx: &mut Ctx<'_>, parent: &str, text: Option<&String>
 }
 
 /// `base` with each timeout given in `raw` replaced.
-pub(super) fn timeouts(
-    ctx: &mut Ctx<'_>,
-    path: &str,
-    raw: Option<&RawTimeouts>,
-    base: Timeouts,
-) -> Timeouts {
+pub(super) fn timeouts(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawTimeouts>, base: Timeouts) -> Timeouts {
     let Some(raw) = raw else { return base };
     Timeouts {
         connect: ctx.duration(path, "connect", raw.connect.as_ref()).unwrap_or(base.connect),
         client: ctx.duration(path, "client", raw.client.as_ref()).unwrap_or(base.client),
         server: ctx.duration(path, "server", raw.server.as_ref()).unwrap_or(base.server),
-        http_request: ctx
-            .duration(path, "http_request", raw.http_request.as_ref())
-            .unwrap_or(base.http_request),
+        http_request: ctx.duration(path, "http_request", raw.http_request.as_ref()).unwrap_or(base.http_request),
         http_keep_alive: ctx
             .duration(path, "http_keep_alive", raw.http_keep_alive.as_ref())
             .unwrap_or(base.http_keep_alive),

@@ -50,9 +50,7 @@ pub(super) struct SmoothRoundRobin {
 
 impl SmoothRoundRobin {
     pub(super) fn new(servers: usize) -> SmoothRoundRobin {
-        SmoothRoundRobin {
-            current: Mutex::new(vec![0; servers]),
-        }
+        SmoothRoundRobin { current: Mutex::new(vec![0; servers]) }
     }
 
     /// The next candidate (by server index); `None` when there is none with a weight.

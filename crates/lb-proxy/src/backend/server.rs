@@ -148,8 +148,7 @@ impl ServerState {
     /// `max(1, weight × elapsed / slowstart)`; then `weight`. 0 when the weight is 0.
     pub(crate) fn effective_weight(&self, now: Instant) -> u32 {
         let weight = self.weight();
-        let (Some(slowstart), Some(start)) = (self.config.slowstart, *lock(&self.ramp_start))
-        else {
+        let (Some(slowstart), Some(start)) = (self.config.slowstart, *lock(&self.ramp_start)) else {
             return weight;
         };
         let elapsed = now.saturating_duration_since(start);
@@ -198,27 +197,19 @@ impl ServerState {
 
     /// Below its max_connections (if any).
     pub(super) fn has_room(&self) -> bool {
-        self.config
-            .max_connections
-            .is_none_or(|max| self.current_conns() < max)
+        self.config.max_connections.is_none_or(|max| self.current_conns() < max)
     }
 
     /// Count one more connection unless that would pass max_connections.
     pub(super) fn try_acquire(&self) -> bool {
         let max = self.config.max_connections.unwrap_or(usize::MAX);
-        self.conns
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-                (c < max).then_some(c + 1)
-            })
-            .is_ok()
+        self.conns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| (c < max).then_some(c + 1)).is_ok()
     }
 
     /// Count one connection less (a lease was dropped).
     pub(super) fn release(&self) {
         // Never below 0, even if a bug released twice.
-        let _ = self
-            .conns
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
+        let _ = self.conns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
     }
 
     // ---- for the health-check task -----------------------------------------------------------

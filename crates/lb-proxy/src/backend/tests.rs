@@ -31,20 +31,8 @@ pub(crate) fn backend_config(name: &str, balance: Balance, servers: Vec<Server>)
         mode: Mode::Http,
         balance,
         servers,
-        health_check: HealthCheck {
-            kind: CheckKind::Tcp,
-            interval: Duration::from_secs(2),
-            rise: 2,
-            fall: 3,
-        },
-        timeouts: Timeouts {
-            connect: s,
-            client: s,
-            server: s,
-            http_request: s,
-            http_keep_alive: s,
-            check: s,
-        },
+        health_check: HealthCheck { kind: CheckKind::Tcp, interval: Duration::from_secs(2), rise: 2, fall: 3 },
+        timeouts: Timeouts { connect: s, client: s, server: s, http_request: s, http_keep_alive: s, check: s },
         retries: 3,
         redispatch: true,
         http_reuse: HttpReuse::Never,
@@ -53,19 +41,12 @@ pub(crate) fn backend_config(name: &str, balance: Balance, servers: Vec<Server>)
 
 /// A config with no frontends and these backends.
 pub(crate) fn config_with(backends: Vec<Backend>) -> Config {
-    Config {
-        global: Global { max_connections: 100, ..Global::default() },
-        frontends: Vec::new(),
-        backends,
-    }
+    Config { global: Global { max_connections: 100, ..Global::default() }, frontends: Vec::new(), backends }
 }
 
 fn backend(balance: Balance, weights: &[u32]) -> Arc<BackendState> {
-    let servers = weights
-        .iter()
-        .enumerate()
-        .map(|(i, &w)| server_config(&format!("s{i}"), 8000 + i as u16, w))
-        .collect();
+    let servers =
+        weights.iter().enumerate().map(|(i, &w)| server_config(&format!("s{i}"), 8000 + i as u16, w)).collect();
     Arc::new(BackendState::new(backend_config("be", balance, servers)))
 }
 
@@ -92,18 +73,12 @@ fn leastconn_picks_the_least_loaded() {
     assert_eq!(indexes, [0, 1, 2], "one each while all are busy");
 
     // Free s1: it is the least loaded, every time.
-    let held: Vec<_> = held
-        .into_iter()
-        .filter(|l| l.server().index() != 1)
-        .collect();
+    let held: Vec<_> = held.into_iter().filter(|l| l.server().index() != 1).collect();
     for _ in 0..5 {
         assert_eq!(picked(&be, &[]), Some(1));
     }
     // Load s1 with two: the others (one each) come first.
-    let extra = [
-        be.pick(&[]).expect("a server"),
-        be.pick(&[]).expect("a server"),
-    ];
+    let extra = [be.pick(&[]).expect("a server"), be.pick(&[]).expect("a server")];
     assert_eq!(extra[0].server().index(), 1);
     assert_ne!(extra[1].server().index(), 1);
     drop(held);
@@ -222,10 +197,7 @@ fn weight_zero_takes_no_new_traffic() {
     for balance in [Balance::LeastConn, Balance::RoundRobin] {
         let be = backend(balance, &[0, 1]);
         assert_eq!(distribution(&be, 10), [0, 10]);
-        assert!(
-            be.servers()[0].accepts_existing(),
-            "existing connections may continue"
-        );
+        assert!(be.servers()[0].accepts_existing(), "existing connections may continue");
         be.servers()[1].set_weight(0);
         assert!(be.pick(&[]).is_none());
         assert!(!be.has_usable_server());
@@ -244,11 +216,7 @@ fn weight_is_capped_at_256() {
 fn slowstart_ramps_the_effective_weight() {
     let mut config = server_config("a", 1, 100);
     config.slowstart = Some(Duration::from_secs(10));
-    let be = Arc::new(BackendState::new(backend_config(
-        "be",
-        Balance::LeastConn,
-        vec![config],
-    )));
+    let be = Arc::new(BackendState::new(backend_config("be", Balance::LeastConn, vec![config])));
     let s = &be.servers()[0];
     let t0 = Instant::now();
     assert_eq!(s.effective_weight(t0), 100, "full weight at process start");
@@ -264,10 +232,7 @@ fn slowstart_ramps_the_effective_weight() {
     assert_eq!(at(10.0), 100);
     assert_eq!(at(60.0), 100);
     // A clock before the start counts as the start.
-    assert_eq!(
-        s.effective_weight(t0.checked_sub(Duration::from_secs(1)).unwrap_or(t0)),
-        1
-    );
+    assert_eq!(s.effective_weight(t0.checked_sub(Duration::from_secs(1)).unwrap_or(t0)), 1);
 
     // Small weights: max(1, …).
     s.set_weight(3);
@@ -282,11 +247,7 @@ fn slowstart_ramps_the_effective_weight() {
 fn slowstart_follows_leaving_maintenance_or_drain() {
     let mut config = server_config("a", 1, 100);
     config.slowstart = Some(Duration::from_secs(100));
-    let be = Arc::new(BackendState::new(backend_config(
-        "be",
-        Balance::LeastConn,
-        vec![config],
-    )));
+    let be = Arc::new(BackendState::new(backend_config("be", Balance::LeastConn, vec![config])));
     let s = &be.servers()[0];
     for from in [AdminState::Maint, AdminState::Drain] {
         s.set_admin_state(from);
@@ -307,11 +268,7 @@ fn slowstart_follows_leaving_maintenance_or_drain() {
 fn slowstart_weight_drives_leastconn() {
     let mut servers = vec![server_config("a", 1, 100), server_config("b", 2, 100)];
     servers[0].slowstart = Some(Duration::from_secs(100));
-    let be = Arc::new(BackendState::new(backend_config(
-        "be",
-        Balance::LeastConn,
-        servers,
-    )));
+    let be = Arc::new(BackendState::new(backend_config("be", Balance::LeastConn, servers)));
     let t0 = Instant::now();
     be.servers()[0].set_up(false, t0);
     be.servers()[0].set_up(true, t0);
@@ -330,20 +287,10 @@ fn leases_count_up_and_down() {
     let b = be.pick(&[]).expect("a server");
     let c = be.pick(&[]).expect("a server");
     assert_eq!(be.current_conns(), 3);
-    assert_eq!(
-        be.servers()[0].current_conns() + be.servers()[1].current_conns(),
-        3
-    );
+    assert_eq!(be.servers()[0].current_conns() + be.servers()[1].current_conns(), 3);
     assert!(Arc::ptr_eq(a.backend(), &be));
-    assert_eq!(
-        a.server().current_conns(),
-        2,
-        "round robin: a and c share a server"
-    );
-    assert_eq!(
-        format!("{b:?}"),
-        "ServerLease { backend: \"be\", server: \"s1\" }"
-    );
+    assert_eq!(a.server().current_conns(), 2, "round robin: a and c share a server");
+    assert_eq!(format!("{b:?}"), "ServerLease { backend: \"be\", server: \"s1\" }");
     drop(a);
     assert_eq!(be.current_conns(), 2);
     drop((b, c));
@@ -357,11 +304,7 @@ fn leases_are_exact_under_concurrency() {
     let mut servers = vec![server_config("a", 1, 1), server_config("b", 2, 1)];
     servers[0].max_connections = Some(3);
     servers[1].max_connections = Some(3);
-    let be = Arc::new(BackendState::new(backend_config(
-        "be",
-        Balance::LeastConn,
-        servers,
-    )));
+    let be = Arc::new(BackendState::new(backend_config("be", Balance::LeastConn, servers)));
     std::thread::scope(|scope| {
         for _ in 0..4 {
             scope.spawn(|| {
@@ -382,11 +325,7 @@ fn leases_are_exact_under_concurrency() {
 fn backends_by_name_and_in_order() {
     let config = config_with(vec![
         backend_config("zeta", Balance::LeastConn, vec![server_config("z1", 1, 1)]),
-        backend_config(
-            "alpha",
-            Balance::RoundRobin,
-            vec![server_config("a1", 2, 1)],
-        ),
+        backend_config("alpha", Balance::RoundRobin, vec![server_config("a1", 2, 1)]),
     ]);
     let backends = Backends::new(&config);
     let names: Vec<_> = backends.iter().map(|b| b.name()).collect();
@@ -394,9 +333,6 @@ fn backends_by_name_and_in_order() {
     let alpha = backends.get("alpha").expect("alpha");
     assert_eq!(alpha.config().balance, Balance::RoundRobin);
     assert_eq!(alpha.servers()[0].name(), "a1");
-    assert_eq!(
-        alpha.servers()[0].addr(),
-        SocketAddr::from(([127, 0, 0, 1], 2))
-    );
+    assert_eq!(alpha.servers()[0].addr(), SocketAddr::from(([127, 0, 0, 1], 2)));
     assert!(backends.get("beta").is_none());
 }

@@ -33,11 +33,7 @@ struct Outcome {
 
 impl Outcome {
     fn new(status: CheckStatus, info: Option<String>) -> Outcome {
-        Outcome {
-            status,
-            code: None,
-            info,
-        }
+        Outcome { status, code: None, info }
     }
 }
 
@@ -47,21 +43,8 @@ pub(super) async fn run(kind: &CheckKind, addr: SocketAddr, timeout: Duration) -
     let deadline = Deadline::now() + timeout;
     let outcome = match kind {
         CheckKind::Tcp => tcp(addr, deadline).await,
-        CheckKind::Http {
-            method,
-            path,
-            host,
-            expect_status,
-        } => {
-            http(
-                addr,
-                deadline,
-                method,
-                path,
-                host.as_deref(),
-                *expect_status,
-            )
-            .await
+        CheckKind::Http { method, path, host, expect_status } => {
+            http(addr, deadline, method, path, host.as_deref(), *expect_status).await
         }
     };
     CheckResult {
@@ -132,18 +115,10 @@ async fn http(
     let _ = timeout_at(deadline, drive(&mut conn, &mut conn_done, body)).await;
     let code = Some(status.as_u16());
     if status.as_u16() == expect_status {
-        Outcome {
-            status: CheckStatus::L7Ok,
-            code,
-            info: None,
-        }
+        Outcome { status: CheckStatus::L7Ok, code, info: None }
     } else {
         let info = status.canonical_reason().map(str::to_owned);
-        Outcome {
-            status: CheckStatus::L7Status,
-            code,
-            info,
-        }
+        Outcome { status: CheckStatus::L7Status, code, info }
     }
 }
 

@@ -59,25 +59,17 @@ async fn responder(status: u16) -> Responder {
                         Ok(n) => head.extend_from_slice(&chunk[..n]),
                     }
                 }
-                reqs.lock()
-                    .expect("lock")
-                    .push(String::from_utf8_lossy(&head).into_owned());
+                reqs.lock().expect("lock").push(String::from_utf8_lossy(&head).into_owned());
                 let response = match st.load(Ordering::SeqCst) {
                     0 => "SSH-2.0-OpenSSH_9.6\r\n\r\n".to_owned(),
-                    code => format!(
-                        "HTTP/1.1 {code} Whatever\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
-                    ),
+                    code => format!("HTTP/1.1 {code} Whatever\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"),
                 };
                 let _ = stream.write_all(response.as_bytes()).await;
                 let _ = stream.shutdown().await;
             });
         }
     });
-    Responder {
-        addr,
-        status,
-        requests,
-    }
+    Responder { addr, status, requests }
 }
 
 fn http_kind(host: Option<&str>, expect_status: u16) -> CheckKind {
@@ -90,13 +82,7 @@ fn http_kind(host: Option<&str>, expect_status: u16) -> CheckKind {
 }
 
 /// A backend of one checked server at `addr`.
-fn checked_backend(
-    addr: SocketAddr,
-    kind: CheckKind,
-    interval_ms: u64,
-    rise: u32,
-    fall: u32,
-) -> Arc<BackendState> {
+fn checked_backend(addr: SocketAddr, kind: CheckKind, interval_ms: u64, rise: u32, fall: u32) -> Arc<BackendState> {
     let mut server = server_config("api1", addr.port(), 1);
     server.check = true;
     let mut config = backend_config("secure_api", Balance::LeastConn, vec![server]);
@@ -111,11 +97,7 @@ fn checked_backend(
 /// Start the check task of every checked server of `backend`.
 fn start_checks(backend: &Arc<BackendState>, shutdown: shutdown::Shutdown) {
     for server in backend.servers().iter().filter(|s| s.config().check) {
-        tokio::spawn(super::check_loop(
-            Arc::clone(backend),
-            Arc::clone(server),
-            shutdown.clone(),
-        ));
+        tokio::spawn(super::check_loop(Arc::clone(backend), Arc::clone(server), shutdown.clone()));
     }
 }
 
@@ -207,10 +189,7 @@ async fn tcp_probe_passes_on_a_listener_and_fails_on_a_closed_port() {
 async fn http_probe_checks_the_status() {
     let server = responder(200).await;
     let ok = probe::run(&http_kind(None, 200), server.addr, Duration::from_secs(1)).await;
-    assert_eq!(
-        (ok.status, ok.code, ok.info.as_deref()),
-        (CheckStatus::L7Ok, Some(200), None)
-    );
+    assert_eq!((ok.status, ok.code, ok.info.as_deref()), (CheckStatus::L7Ok, Some(200), None));
 
     server.status.store(500, Ordering::SeqCst);
     let kind = http_kind(Some("api.internal"), 200);
@@ -227,15 +206,10 @@ async fn http_probe_checks_the_status() {
     assert_eq!(requests.len(), 3);
     let first = requests[0].to_ascii_lowercase();
     assert!(first.starts_with("get /health http/1.1\r\n"), "{first}");
-    assert!(
-        first.contains(&format!("host: {}\r\n", server.addr)),
-        "{first}"
-    );
+    assert!(first.contains(&format!("host: {}\r\n", server.addr)), "{first}");
     assert!(first.contains("user-agent: lb-proxy-check\r\n"), "{first}");
     assert!(first.contains("connection: close\r\n"), "{first}");
-    assert!(requests[1]
-        .to_ascii_lowercase()
-        .contains("host: api.internal\r\n"));
+    assert!(requests[1].to_ascii_lowercase().contains("host: api.internal\r\n"));
 }
 
 #[tokio::test]
@@ -256,21 +230,11 @@ async fn http_probe_failures_are_classified() {
     assert!(r.duration >= Duration::from_millis(190));
 
     // Nothing there.
-    let r = probe::run(
-        &http_kind(None, 200),
-        closed_port().await,
-        Duration::from_secs(1),
-    )
-    .await;
+    let r = probe::run(&http_kind(None, 200), closed_port().await, Duration::from_secs(1)).await;
     assert_eq!(r.status, CheckStatus::L4Con);
 
     // A method that cannot be sent.
-    let bad = CheckKind::Http {
-        method: "G E T".to_owned(),
-        path: "/".to_owned(),
-        host: None,
-        expect_status: 200,
-    };
+    let bad = CheckKind::Http { method: "G E T".to_owned(), path: "/".to_owned(), host: None, expect_status: 200 };
     let r = probe::run(&bad, garbage.addr, Duration::from_secs(1)).await;
     assert_eq!(r.status, CheckStatus::L7Response);
 }
@@ -286,26 +250,16 @@ async fn closed_port_goes_down_after_fall_and_back_up_after_rise() {
     start_checks(&backend, shutdown);
 
     // First check within one interval, then two more at the fast interval (100 ms).
-    let took = wait_health(&server, false, Duration::from_secs(3))
-        .await
-        .expect("goes down");
-    assert!(
-        took < Duration::from_millis(interval + 2 * 100 + 500),
-        "down after {took:?}"
-    );
+    let took = wait_health(&server, false, Duration::from_secs(3)).await.expect("goes down");
+    assert!(took < Duration::from_millis(interval + 2 * 100 + 500), "down after {took:?}");
     assert_eq!(server.last_check().status, CheckStatus::L4Con);
     assert!(backend.pick(&[]).is_none());
     assert!(!backend.has_usable_server());
 
     // Listen again on the same port: up after two passing checks.
     let _listener = silent_listener(addr).await;
-    let took = wait_health(&server, true, Duration::from_secs(3))
-        .await
-        .expect("comes back");
-    assert!(
-        took < Duration::from_millis(interval + 100 + 500),
-        "up after {took:?}"
-    );
+    let took = wait_health(&server, true, Duration::from_secs(3)).await.expect("comes back");
+    assert!(took < Duration::from_millis(interval + 100 + 500), "up after {took:?}");
     assert_eq!(server.last_check().status, CheckStatus::L4Ok);
     assert!(backend.pick(&[]).is_some());
     handle.drain();
@@ -325,16 +279,12 @@ async fn http_check_follows_the_status() {
     assert_eq!(server.last_check().code, Some(200));
 
     server_http.status.store(503, Ordering::SeqCst);
-    wait_health(&server, false, Duration::from_secs(2))
-        .await
-        .expect("goes down on 503");
+    wait_health(&server, false, Duration::from_secs(2)).await.expect("goes down on 503");
     let last = server.last_check();
     assert_eq!((last.status, last.code), (CheckStatus::L7Status, Some(503)));
 
     server_http.status.store(200, Ordering::SeqCst);
-    wait_health(&server, true, Duration::from_secs(2))
-        .await
-        .expect("back up on 200");
+    wait_health(&server, true, Duration::from_secs(2)).await.expect("back up on 200");
     handle.drain();
 }
 
@@ -352,9 +302,7 @@ async fn a_failed_connect_on_traffic_triggers_a_check_at_once() {
     server.observe_connect(true);
     server.observe_connect(false);
     server.observe_connect(false);
-    let took = wait_health(&server, false, Duration::from_secs(2))
-        .await
-        .expect("goes down");
+    let took = wait_health(&server, false, Duration::from_secs(2)).await.expect("goes down");
     assert!(took < Duration::from_millis(1000), "down after {took:?}");
     // Down: more failures change nothing.
     server.observe_connect(false);
@@ -376,9 +324,7 @@ async fn maintenance_suspends_checks_and_draining_stops_them() {
     assert_eq!(server.last_check().status, CheckStatus::Init);
 
     server.set_admin_state(AdminState::Ready);
-    let took = wait_health(&server, false, Duration::from_secs(1))
-        .await
-        .expect("checked again");
+    let took = wait_health(&server, false, Duration::from_secs(1)).await.expect("checked again");
     assert!(took < Duration::from_millis(500), "checked after {took:?}");
 
     // After a drain, no more checks: a listener appearing does not bring it back.
@@ -403,9 +349,7 @@ async fn spawn_health_checks_starts_only_checked_servers() {
     super::spawn_health_checks(&backends, shutdown);
 
     let be = backends.get("be").expect("be");
-    wait_health(&be.servers()[0], false, Duration::from_secs(1))
-        .await
-        .expect("checked");
+    wait_health(&be.servers()[0], false, Duration::from_secs(1)).await.expect("checked");
     assert!(be.servers()[1].is_up(), "unchecked servers are always up");
     assert_eq!(be.servers()[1].last_check().status, CheckStatus::Init);
     be.servers()[1].observe_connect(false);

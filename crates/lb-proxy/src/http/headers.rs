@@ -138,9 +138,18 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append("connection", HeaderValue::from_static("X-One , ,bad name"));
         h.append("connection", HeaderValue::from_static("x-TWO"));
-        for name in ["x-one", "x-two", "te", "trailer", "transfer-encoding", "upgrade", "proxy-authenticate",
-            "proxy-connection", "keep-alive", "x-kept"]
-        {
+        for name in [
+            "x-one",
+            "x-two",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "proxy-authenticate",
+            "proxy-connection",
+            "keep-alive",
+            "x-kept",
+        ] {
             h.append(name, HeaderValue::from_static("1"));
         }
         strip_hop_by_hop(&mut h);

@@ -125,9 +125,7 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
 }
 
 async fn handshake(stream: TcpStream) -> Result<Sender, hyper::Error> {
-    let (sender, conn) = http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await?;
+    let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         // Ends when either side closes; errors are seen by the request that hit them.
         let _ = conn.await;

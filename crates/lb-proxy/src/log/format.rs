@@ -122,7 +122,13 @@ where
     out.push_str(" - - ");
     push_termination(out, rec.termination);
     out.push_str("--");
-    push_counters(out, &[rec.actconn, rec.feconn, rec.beconn, rec.srv_conn], rec.retries, rec.srv_queue, rec.backend_queue);
+    push_counters(
+        out,
+        &[rec.actconn, rec.feconn, rec.beconn, rec.srv_conn],
+        rec.retries,
+        rec.srv_queue,
+        rec.backend_queue,
+    );
     out.push_str(" \"");
     push_escaped(out, rec.request_line, false);
     out.push('"');
@@ -142,7 +148,13 @@ where
     push_u64(out, rec.bytes_read);
     out.push(' ');
     push_termination(out, rec.termination);
-    push_counters(out, &[rec.actconn, rec.feconn, rec.beconn, rec.srv_conn], rec.retries, rec.srv_queue, rec.backend_queue);
+    push_counters(
+        out,
+        &[rec.actconn, rec.feconn, rec.beconn, rec.srv_conn],
+        rec.retries,
+        rec.srv_queue,
+        rec.backend_queue,
+    );
 }
 
 /// `<ip>:<port> [<accept date>] <frontend> <backend>/<server>`
@@ -456,8 +468,28 @@ mod direct_tests {
 
     #[test]
     fn dates_as_chrono_writes_them() {
-        let offsets = [0, 3600, -3600, 5 * 3600 + 30 * 60, 5 * 3600 + 45 * 60, -(3 * 3600 + 30 * 60), 14 * 3600, -12 * 3600, 561, -37];
-        let times = [0, 1, 59_999, 951_782_400_123, 1_234_567_890_655, 1_709_210_096_999, 4_102_444_799_500, 253_402_300_799_999];
+        let offsets = [
+            0,
+            3600,
+            -3600,
+            5 * 3600 + 30 * 60,
+            5 * 3600 + 45 * 60,
+            -(3 * 3600 + 30 * 60),
+            14 * 3600,
+            -12 * 3600,
+            561,
+            -37,
+        ];
+        let times = [
+            0,
+            1,
+            59_999,
+            951_782_400_123,
+            1_234_567_890_655,
+            1_709_210_096_999,
+            4_102_444_799_500,
+            253_402_300_799_999,
+        ];
         for secs_east in offsets {
             let tz = FixedOffset::east_opt(secs_east).expect("offset");
             for ms in times {

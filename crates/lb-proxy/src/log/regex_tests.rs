@@ -40,18 +40,10 @@ fn httplog_matches_node_haproxy_log_regex() {
         assert_eq!(&caps[6], "13/Feb/2009:23:31:30.655");
         assert_eq!(&caps[9], rec.server);
         assert_eq!(caps[15].parse::<i32>().ok(), Some(rec.status));
-        assert_eq!(
-            &caps[17][..2],
-            std::str::from_utf8(&rec.termination).ok().unwrap_or("")
-        );
+        assert_eq!(&caps[17][..2], std::str::from_utf8(&rec.termination).ok().unwrap_or(""));
         assert_eq!(&caps[17][2..], "--");
     }
-    let full = line(
-        Record::Http(&badreq),
-        LogFormat::Haproxy,
-        Framing::Line,
-        &utc(),
-    );
+    let full = line(Record::Http(&badreq), LogFormat::Haproxy, Framing::Line, &utc());
     let caps = re.captures(full.trim_end()).expect("match");
     assert_eq!(&caps[25], "<BADREQ>");
     assert_eq!(&caps[10], "-1", "{full}");

@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Command, ExitCode, Stdio};
 
+use crate::daemon::say;
 use crate::fdpass;
 
 const READY_FD_ENV: &str = "LB_SUPERVISOR_READY_FD";
@@ -46,7 +47,7 @@ pub(crate) fn detach() -> ExitCode {
     match start_detached() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cannot detach: {e}");
+            say(format_args!("cannot detach: {e}"));
             ExitCode::FAILURE
         }
     }
@@ -70,9 +71,9 @@ fn start_detached() -> std::io::Result<ExitCode> {
     if answer.is_empty() {
         // It died before saying anything: its stderr (inherited) has the reason.
         let status = child.try_wait()?;
-        eprintln!("the master exited before serving ({status:?})");
+        say(format_args!("the master exited before serving ({status:?})"));
     } else {
-        eprintln!("{answer}");
+        say(&answer);
     }
     Ok(ExitCode::FAILURE)
 }

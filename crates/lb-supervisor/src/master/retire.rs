@@ -61,7 +61,11 @@ impl Master {
     /// queues connections on the master's sockets meanwhile, none is refused).
     pub(super) fn schedule_respawn(&mut self) {
         let recent = self.crashes.len().saturating_sub(1) as u32;
-        let delay = if recent == 0 { Duration::ZERO } else { (Duration::from_millis(500) * 2u32.pow(recent.min(5))).min(MAX_RESPAWN_DELAY) };
+        let delay = if recent == 0 {
+            Duration::ZERO
+        } else {
+            (Duration::from_millis(500) * 2u32.pow(recent.min(5))).min(MAX_RESPAWN_DELAY)
+        };
         self.respawn_at = Some(Instant::now() + delay);
     }
 
@@ -134,7 +138,8 @@ impl Master {
             if let Some(worker) = self.reload.as_ref().and_then(|r| self.workers.get(&r.generation)) {
                 signal(worker.proc.pid, Signal::SIGKILL);
             }
-            self.fail_reload(format!("the new worker did not report ready within {timeout:?} (worker_start_timeout)")).await;
+            self.fail_reload(format!("the new worker did not report ready within {timeout:?} (worker_start_timeout)"))
+                .await;
         }
         if self.respawn_at.is_some_and(|at| at <= now) {
             self.respawn_at = None;

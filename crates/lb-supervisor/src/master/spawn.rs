@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::channel::{Channel, ChannelSender};
+use crate::daemon::say;
 use crate::protocol::ToMaster;
 use crate::worker::CHANNEL_FD_ENV;
 
@@ -105,7 +106,7 @@ pub(crate) fn spawn(
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 // Relayed as is: the master's stderr is the service's log.
-                eprintln!("{line}");
+                say(&line);
                 let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
                 if tail.len() == TAIL_LINES {
                     tail.pop_front();

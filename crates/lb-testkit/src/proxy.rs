@@ -224,7 +224,7 @@ impl ProxyProcess {
     /// The addresses lb-proxy should listen on but does not (yet), judged from `/proc`: a socket
     /// in LISTEN state on the port (or path) whose inode is one of this process's fds.
     fn missing_listeners(&self, unix_paths: &[PathBuf]) -> Vec<String> {
-        let inodes = socket_inodes(self.pid());
+        let inodes = crate::procfs::socket_inodes(self.pid());
         let tcp = listening_tcp_ports(&inodes);
         let unix = listening_unix_paths(&inodes);
         let mut missing: Vec<String> =
@@ -389,23 +389,26 @@ impl ProxyProcess {
 
     /// The resident set size now (`VmRSS`), in KiB.
     pub fn rss_kib(&self) -> Option<u64> {
-        proc_status_kib(self.pid(), "VmRSS:")
+        crate::procfs::status_kib(self.pid(), "VmRSS:")
     }
 
     /// The peak resident set size so far (`VmHWM`), in KiB: no sampling can miss a spike.
     pub fn peak_rss_kib(&self) -> Option<u64> {
         // The master serves nothing: its workers hold the connections.
-        std::iter::once(self.pid()).chain(self.worker_pids()).filter_map(|pid| proc_status_kib(pid, "VmHWM:")).max()
+        std::iter::once(self.pid())
+            .chain(self.worker_pids())
+            .filter_map(|pid| crate::procfs::status_kib(pid, "VmHWM:"))
+            .max()
     }
 
     /// The worker processes of this master now (its children).
     pub fn worker_pids(&self) -> Vec<u32> {
-        children_of(self.pid())
+        crate::procfs::children_of(self.pid())
     }
 
     /// `pid` is this master or one of its workers (access-log lines carry the worker's pid).
     pub fn is_own_pid(&self, pid: u32) -> bool {
-        pid == self.pid() || parent_of(pid) == Some(self.pid())
+        pid == self.pid() || crate::procfs::parent_of(pid) == Some(self.pid())
     }
 
     /// Stops the process now (SIGTERM, then SIGKILL after a grace) and returns its status.
@@ -511,19 +514,6 @@ fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> Join
         .expect("spawning a log reader thread")
 }
 
-/// The inodes of the sockets process `pid` has open.
-fn socket_inodes(pid: u32) -> HashSet<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return HashSet::new();
-    };
-    dir.filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_str()?;
-            target.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-        })
-        .collect()
-}
-
 /// Ports in LISTEN state (`0A`) in /proc/net/tcp{,6} whose socket is one of `inodes`.
 fn listening_tcp_ports(inodes: &HashSet<u64>) -> HashSet<u16> {
     let mut ports = HashSet::new();
@@ -563,12 +553,6 @@ fn listening_unix_paths(inodes: &HashSet<u64>) -> HashSet<PathBuf> {
         .collect()
 }
 
-fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(key))?;
-    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
-}
-
 /// Every test's master gets a control socket of its own in the test's directory, unless the
 /// test names one: the default path is shared by every master on the machine.
 fn with_private_control_socket(yaml: &str, dir: &Path) -> String {
@@ -586,20 +570,4 @@ fn with_private_control_socket(yaml: &str, dir: &Path) -> String {
     }
     global.insert(key, Value::from(dir.join("master.sock").to_string_lossy().into_owned()));
     serde_yaml::to_string(&doc).unwrap_or_else(|_| yaml.to_owned())
-}
-
-/// The parent of `pid`, from /proc (None once it has exited).
-pub(crate) fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the fields follow the last ')'.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The processes whose parent is `pid`.
-pub(crate) fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&child| parent_of(child) == Some(pid))
-        .collect()
 }

@@ -5,3 +5,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     lb_supervisor::main::<lb_proxy::ProxyDaemon>()
 }
+
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -125,7 +125,10 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
 }
 
 async fn handshake(stream: TcpStream) -> Result<Sender, hyper::Error> {
-    let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(stream)).await?;
+    // No writev: a request without a body is one buffer, sent with one send() instead of a
+    // writev() of one iovec (the vectored path costs more in the kernel); a body is copied
+    // into hyper's buffer (requests through a load balancer are mostly small).
+    let (sender, conn) = http1::Builder::new().writev(false).handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         // Ends when either side closes; errors are seen by the request that hit them.
         let _ = conn.await;

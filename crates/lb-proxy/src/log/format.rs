@@ -8,6 +8,7 @@
 //! is what a syslog daemon writes for the message (RFC 3339 time, host, `tag[pid]:`), or, for
 //! syslog targets, the RFC 3164 header the daemon expects to receive.
 
+use std::cell::Cell;
 use std::fmt::{Display, Write as _};
 use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -369,15 +370,70 @@ fn push_padded(out: &mut String, n: u32, width: u32) {
     push_digit(out, u64::from(n % 10));
 }
 
+/// Appends a cached rendering (ASCII).
+fn push_ascii(out: &mut String, ascii: &[u8]) {
+    out.push_str(std::str::from_utf8(ascii).unwrap_or_default());
+}
+
+/// Which time stamp prefix a [`PREFIXES`] slot holds.
+const ACCEPT_DATE: usize = 0;
+const RFC3339: usize = 1;
+
+thread_local! {
+    /// Per kind of time stamp: (local time in whole seconds, offset, its rendering up to the
+    /// seconds). Lines come by the thousand per second, all with the same few prefixes: each is
+    /// rendered once a second.
+    static PREFIXES: Cell<[Option<(i64, i32, u8, [u8; 24])>; 2]> = const { Cell::new([None, None]) };
+}
+
+/// Appends the rendering of `t` up to its seconds (as `render` writes it), from the cache of
+/// `slot` when `t` is in the second rendered last. Leap seconds (which share their key with the
+/// second before) and renderings longer than the cache holds are not cached.
+fn push_second_prefix(
+    out: &mut String,
+    slot: usize,
+    t: &NaiveDateTime,
+    offset: i32,
+    render: fn(&mut String, &NaiveDateTime),
+) {
+    if t.nanosecond() >= 1_000_000_000 {
+        render(out, t);
+        return;
+    }
+    let key = t.and_utc().timestamp();
+    PREFIXES.with(|cache| {
+        let mut all = cache.get();
+        if let Some((k, o, len, bytes)) = all[slot] {
+            if k == key && o == offset {
+                push_ascii(out, &bytes[..usize::from(len)]);
+                return;
+            }
+        }
+        let start = out.len();
+        render(out, t);
+        let rendered = &out.as_bytes()[start..];
+        if rendered.len() <= 24 {
+            let mut bytes = [0u8; 24];
+            bytes[..rendered.len()].copy_from_slice(rendered);
+            all[slot] = Some((key, offset, rendered.len() as u8, bytes));
+            cache.set(all);
+        }
+    });
+}
+
 const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 
-/// `%H:%M:%S%.3f`, as chrono writes it (a leap second as second 60).
-fn push_time_millis(out: &mut String, t: &NaiveDateTime) {
+/// `%H:%M:%S`, as chrono writes it (a leap second as second 60).
+fn push_time_seconds(out: &mut String, t: &NaiveDateTime) {
     push_padded(out, t.hour(), 2);
     out.push(':');
     push_padded(out, t.minute(), 2);
     out.push(':');
     push_padded(out, t.second() + t.nanosecond() / 1_000_000_000, 2);
+}
+
+/// `%.3f` of the seconds, as chrono writes it.
+fn push_millis(out: &mut String, t: &NaiveDateTime) {
     out.push('.');
     push_padded(out, t.nanosecond() % 1_000_000_000 / 1_000_000, 3);
 }
@@ -394,13 +450,16 @@ where
         let _ = write!(out, "{}", t.format("%d/%b/%Y:%H:%M:%S%.3f"));
         return;
     }
-    push_padded(out, t.day(), 2);
-    out.push('/');
-    out.push_str(MONTHS[t.month0() as usize % 12]);
-    out.push('/');
-    push_padded(out, t.year().unsigned_abs(), 4);
-    out.push(':');
-    push_time_millis(out, &t);
+    push_second_prefix(out, ACCEPT_DATE, &t, 0, |out, t| {
+        push_padded(out, t.day(), 2);
+        out.push('/');
+        out.push_str(MONTHS[t.month0() as usize % 12]);
+        out.push('/');
+        push_padded(out, t.year().unsigned_abs(), 4);
+        out.push(':');
+        push_time_seconds(out, t);
+    });
+    push_millis(out, &t);
 }
 
 /// `t.to_rfc3339_opts(SecondsFormat::Millis, false)`, written directly (no allocation).
@@ -417,13 +476,16 @@ where
         return;
     }
     let t = t.naive_local();
-    push_padded(out, t.year().unsigned_abs(), 4);
-    out.push('-');
-    push_padded(out, t.month(), 2);
-    out.push('-');
-    push_padded(out, t.day(), 2);
-    out.push('T');
-    push_time_millis(out, &t);
+    push_second_prefix(out, RFC3339, &t, offset, |out, t| {
+        push_padded(out, t.year().unsigned_abs(), 4);
+        out.push('-');
+        push_padded(out, t.month(), 2);
+        out.push('-');
+        push_padded(out, t.day(), 2);
+        out.push('T');
+        push_time_seconds(out, t);
+    });
+    push_millis(out, &t);
     out.push(if offset < 0 { '-' } else { '+' });
     let minutes = offset.unsigned_abs() / 60;
     push_padded(out, minutes / 60, 2);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, LogTarget, Timeouts};
 
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
-pub(crate) const CONTROL_SOCKET: &str = "/var/run/lb-proxy/master.sock";
+pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
 pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb-proxy/runtime.sock";
 pub(crate) const LOG_TAG: &str = "haproxy";
 /// As the Manta deployment ran HAProxy.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::backend::{BackendState, PickFailure, ServerLease};
+use crate::backend::{BackendState, PickFailure, ServerLease, ServerState};
 
 /// A connected server socket and the lease that counts it.
 #[derive(Debug)]
@@ -29,7 +29,7 @@ pub(crate) enum ConnectFailure {
     /// Every usable server stayed at its max_connections for `timeouts.connect`: 503.
     QueueTimeout,
     /// Every attempt failed; the last one's server and cause.
-    Failed { server: String, timed_out: bool, error: io::Error },
+    Failed { server: Arc<ServerState>, timed_out: bool, error: io::Error },
 }
 
 /// Connect to a server of `backend`, counting retries into `retries`.
@@ -61,7 +61,7 @@ pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> R
                 server.observe_connect(false);
                 tracing::debug!(backend = backend.name(), server = server.name(), "connect failed: {error}");
                 if *retries >= config.retries {
-                    return Err(ConnectFailure::Failed { server: server.name().to_owned(), timed_out, error });
+                    return Err(ConnectFailure::Failed { server, timed_out, error });
                 }
                 *retries += 1;
                 if config.redispatch {
@@ -69,9 +69,7 @@ pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> R
                     drop(lease);
                     lease = match backend.pick(&avoid) {
                         Some(next) => next,
-                        None => {
-                            return Err(ConnectFailure::Failed { server: server.name().to_owned(), timed_out, error })
-                        }
+                        None => return Err(ConnectFailure::Failed { server, timed_out, error }),
                     };
                 }
             }

@@ -14,6 +14,7 @@ use std::time::{Instant, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::backend::ServerState;
 use crate::connect::{connect, ConnectFailure};
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
@@ -38,7 +39,7 @@ pub(crate) async fn serve(
         facts: &facts,
         accept_date,
         backend: backend.name(),
-        server: "<NOSRV>".to_owned(),
+        server: None,
         tw: -1,
         tc: -1,
         bytes: 0,
@@ -56,7 +57,7 @@ pub(crate) async fn serve(
                 ConnectFailure::NoServer => *b"SC",
                 ConnectFailure::QueueTimeout => *b"sQ",
                 ConnectFailure::Failed { server, timed_out, .. } => {
-                    log.server = server;
+                    log.server = Some(server);
                     if timed_out {
                         *b"sC"
                     } else {
@@ -68,7 +69,7 @@ pub(crate) async fn serve(
             return;
         }
     };
-    log.server = connected.lease.server().name().to_owned();
+    log.server = Some(connected.lease.server().clone());
     log.tc = connected.connect_time.as_millis() as i64;
     log.tw = connected.queue_time.as_millis() as i64;
     log.retries = retries;
@@ -112,7 +113,7 @@ struct Pending<'a> {
     facts: &'a ConnFacts,
     accept_date: SystemTime,
     backend: &'a str,
-    server: String,
+    server: Option<Arc<ServerState>>,
     tw: i64,
     tc: i64,
     bytes: u64,
@@ -130,7 +131,7 @@ impl Pending<'_> {
             accept_date: self.accept_date,
             frontend: self.fe.name(),
             backend: self.backend,
-            server: &self.server,
+            server: self.server.as_deref().map_or("<NOSRV>", |s| s.name()),
             tw: self.tw,
             tc: self.tc,
             tt: started.elapsed().as_millis() as i64,

@@ -110,12 +110,13 @@ async fn serve<D: Daemon>(
 
     // SIGTERM from the master means "stop now" (an old worker beyond max_old_workers); the
     // signals meant for the master (a terminal's ^C, SIGHUP, SIGUSR2) are ignored here.
-    let signals = [SignalKind::terminate(), SignalKind::interrupt(), SignalKind::hangup(), SignalKind::user_defined2()];
-    let mut streams = Vec::new();
-    for kind in signals {
-        streams.push(signal(kind).map_err(|e| format!("signal handler: {e}"))?);
-    }
-    let [term, ..] = streams.as_mut_slice() else { return Err("signal handlers".into()) };
+    let handler = |kind| signal(kind).map_err(|e| format!("signal handler: {e}"));
+    let mut term = handler(SignalKind::terminate())?;
+    // Handled (so that their default action does not apply) and never read.
+    let _ignored = [SignalKind::interrupt(), SignalKind::hangup(), SignalKind::user_defined2()]
+        .into_iter()
+        .map(handler)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut done = serving.done;
     let mut master_alive = true;
     loop {

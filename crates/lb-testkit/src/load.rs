@@ -26,6 +26,10 @@
 //! ([`LoadSpec::max_requests`]); [`Load::stop`] ends it early. Requests in flight when it ends
 //! are finished and counted.
 
+mod conn;
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -33,10 +37,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use self::conn::Conn;
 
 /// How many failure descriptions a report keeps: the first ones of each kind of client and
 /// each outcome, so that a rare outcome is not hidden behind a common one.
@@ -558,7 +563,7 @@ async fn connect(shared: &Shared, kind: Kind, deadline: Instant) -> Result<Conn,
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
             shared.counts(kind).connections.fetch_add(1, Ordering::SeqCst);
-            Ok(Conn { stream, buf: Vec::with_capacity(1024) })
+            Ok(Conn::new(stream))
         }
     }
 }
@@ -566,286 +571,4 @@ async fn connect(shared: &Shared, kind: Kind, deadline: Instant) -> Result<Conn,
 fn request_bytes(addr: &SocketAddr, path: &str, close: bool) -> Vec<u8> {
     let connection = if close { "Connection: close\r\n" } else { "" };
     format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: lb-load\r\n{connection}\r\n").into_bytes()
-}
-
-/// A client connection and what it has received but not consumed.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-/// Why reading stopped.
-enum ReadEnd {
-    Eof,
-    Reset(String),
-    Timeout,
-}
-
-impl Conn {
-    async fn fill(&mut self, deadline: Instant) -> Result<(), ReadEnd> {
-        let mut chunk = [0u8; 16 * 1024];
-        match tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await {
-            Err(_) => Err(ReadEnd::Timeout),
-            Ok(Ok(0)) => Err(ReadEnd::Eof),
-            Ok(Ok(n)) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Ok(())
-            }
-            Ok(Err(e)) => Err(ReadEnd::Reset(e.to_string())),
-        }
-    }
-
-    /// Sends `request` and reads one complete response.
-    async fn exchange(&mut self, request: &[u8], deadline: Instant) -> Outcome {
-        match tokio::time::timeout_at(deadline, self.stream.write_all(request)).await {
-            Err(_) => return Outcome::Timeout("sending the request".into()),
-            Ok(Err(e)) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
-                return Outcome::Reset(format!("sending the request: {e}"));
-            }
-            Ok(Err(e)) => return Outcome::OtherError(format!("sending the request: {e}")),
-            Ok(Ok(())) => {}
-        }
-        // The head.
-        let (status, minor, head_len, close_header, length, chunked) = loop {
-            let mut slots = [httparse::EMPTY_HEADER; 32];
-            let mut parsed = httparse::Response::new(&mut slots);
-            match parsed.parse(&self.buf) {
-                Ok(httparse::Status::Complete(len)) => {
-                    let mut close = false;
-                    let mut keep_alive = false;
-                    let mut length = None;
-                    let mut chunked = false;
-                    for h in parsed.headers.iter() {
-                        let value = String::from_utf8_lossy(h.value).to_ascii_lowercase();
-                        if h.name.eq_ignore_ascii_case("connection") {
-                            close |= value.split(',').any(|t| t.trim() == "close");
-                            keep_alive |= value.split(',').any(|t| t.trim() == "keep-alive");
-                        } else if h.name.eq_ignore_ascii_case("content-length") {
-                            length = value.trim().parse::<usize>().ok();
-                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            chunked = value.trim().ends_with("chunked");
-                        }
-                    }
-                    let minor = parsed.version.unwrap_or(1);
-                    let close = close || (minor == 0 && !keep_alive);
-                    break (parsed.code.unwrap_or(0), minor, len, close, length, chunked);
-                }
-                Ok(httparse::Status::Partial) => match self.fill(deadline).await {
-                    Ok(()) => {}
-                    Err(ReadEnd::Eof) if self.buf.is_empty() => {
-                        return Outcome::Reset("connection closed before any response byte".into());
-                    }
-                    Err(ReadEnd::Eof) => {
-                        return Outcome::Reset(format!(
-                            "connection closed inside the response head ({} bytes)",
-                            self.buf.len()
-                        ));
-                    }
-                    Err(ReadEnd::Reset(e)) => {
-                        return Outcome::Reset(format!("reading the response head after {} bytes: {e}", self.buf.len()))
-                    }
-                    Err(ReadEnd::Timeout) => {
-                        return Outcome::Timeout(format!("waiting for the response head ({} bytes)", self.buf.len()))
-                    }
-                },
-                Err(e) => return Outcome::OtherError(format!("malformed response head: {e}")),
-            }
-        };
-        let _ = minor;
-        self.buf.drain(..head_len);
-        // The body.
-        let mut close = close_header;
-        let body_end = if status < 200 || status == 204 || status == 304 {
-            Ok(())
-        } else if chunked {
-            self.read_chunked(deadline).await
-        } else if let Some(len) = length {
-            self.read_exactly(len, deadline).await
-        } else {
-            // Delimited by the end of the connection: a clean end is the end of the body.
-            close = true;
-            loop {
-                match self.fill(deadline).await {
-                    Ok(()) => self.buf.clear(),
-                    Err(ReadEnd::Eof) => break Ok(()),
-                    Err(other) => break Err(other),
-                }
-            }
-        };
-        match body_end {
-            Ok(()) => {}
-            Err(ReadEnd::Eof) => {
-                return Outcome::Truncated(format!("status {status}: connection closed inside the body"))
-            }
-            Err(ReadEnd::Reset(e)) => return Outcome::Truncated(format!("status {status}: reading the body: {e}")),
-            Err(ReadEnd::Timeout) => return Outcome::Timeout(format!("status {status}: reading the body")),
-        }
-        if !self.buf.is_empty() && !close {
-            return Outcome::OtherError(format!("{} unexpected bytes after the response", self.buf.len()));
-        }
-        match status {
-            200..=299 => Outcome::Ok { close },
-            500..=599 => Outcome::ServerError(status),
-            s => Outcome::OtherStatus(s),
-        }
-    }
-
-    async fn read_exactly(&mut self, len: usize, deadline: Instant) -> Result<(), ReadEnd> {
-        while self.buf.len() < len {
-            self.fill(deadline).await?;
-        }
-        self.buf.drain(..len);
-        Ok(())
-    }
-
-    async fn read_chunked(&mut self, deadline: Instant) -> Result<(), ReadEnd> {
-        loop {
-            let line = self.read_line(deadline).await?;
-            let size_text = line.split(';').next().unwrap_or("").trim();
-            let size =
-                usize::from_str_radix(size_text, 16).map_err(|_| ReadEnd::Reset(format!("bad chunk size {line:?}")))?;
-            if size == 0 {
-                while !self.read_line(deadline).await?.is_empty() {}
-                return Ok(());
-            }
-            self.read_exactly(size + 2, deadline).await?;
-        }
-    }
-
-    async fn read_line(&mut self, deadline: Instant) -> Result<String, ReadEnd> {
-        loop {
-            if let Some(at) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let line = String::from_utf8_lossy(&self.buf[..at]).into_owned();
-                self.buf.drain(..at + 2);
-                return Ok(line);
-            }
-            self.fill(deadline).await?;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::net::TcpListener;
-
-    /// A server misbehaving on purpose, by path: `/ok` (keep-alive), `/close` (Connection:
-    /// close), `/drop` (closes without answering), `/cut` (half a body), `/error` (503),
-    /// `/chunked`, `/eof-body` (body delimited by the end of the connection).
-    async fn server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    loop {
-                        let mut chunk = [0u8; 4096];
-                        let Ok(n) = stream.read(&mut chunk).await else { return };
-                        if n == 0 {
-                            return;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                        buf.drain(..end + 4);
-                        let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
-                        let reply: &[u8] = match path.as_str() {
-                            "/ok" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-                            "/close" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-                            "/drop" => return,
-                            "/cut" => b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhalf",
-                            "/error" => b"HTTP/1.1 503 Unavailable\r\nContent-Length: 0\r\n\r\n",
-                            "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
-                            "/eof-body" => b"HTTP/1.1 200 OK\r\n\r\nuntil the end",
-                            _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n",
-                        };
-                        if stream.write_all(reply).await.is_err() {
-                            return;
-                        }
-                        if matches!(path.as_str(), "/close" | "/cut" | "/eof-body") {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        addr
-    }
-
-    async fn load(addr: SocketAddr, path: &str, keep_alive: bool) -> Report {
-        let mut spec = LoadSpec::new(addr, Duration::from_secs(10));
-        spec.path = path.to_owned();
-        spec.new_connection_clients = usize::from(!keep_alive);
-        spec.keep_alive_clients = usize::from(keep_alive);
-        spec.pause = Duration::ZERO;
-        spec.max_requests = Some(5);
-        spec.timeout = Duration::from_secs(5);
-        run(spec).await
-    }
-
-    #[tokio::test]
-    async fn every_outcome_is_told_apart() {
-        let addr = server().await;
-        let r = load(addr, "/ok", true).await;
-        assert_eq!((r.keep_alive.ok, r.keep_alive.connections, r.failed()), (5, 1, 0), "{r}");
-        // A clean Connection: close is no failure: the client reconnects.
-        let r = load(addr, "/close", true).await;
-        assert_eq!(
-            (r.keep_alive.ok, r.keep_alive.connections, r.keep_alive.closed_by_server, r.failed()),
-            (5, 5, 5, 0),
-            "{r}"
-        );
-        let r = load(addr, "/drop", true).await;
-        assert_eq!((r.keep_alive.reset, r.failed()), (5, 5), "{r}");
-        let r = load(addr, "/cut", false).await;
-        assert_eq!((r.new_connection.truncated, r.failed()), (5, 5), "{r}");
-        let r = load(addr, "/error", true).await;
-        assert_eq!((r.keep_alive.server_error, r.failed()), (5, 5), "{r}");
-        let r = load(addr, "/missing", false).await;
-        assert_eq!((r.new_connection.other_status, r.failed()), (5, 5), "{r}");
-        let r = load(addr, "/chunked", true).await;
-        assert_eq!((r.keep_alive.ok, r.keep_alive.connections, r.failed()), (5, 1, 0), "{r}");
-        let r = load(addr, "/eof-body", true).await;
-        assert_eq!((r.keep_alive.ok, r.keep_alive.connections, r.failed()), (5, 5, 0), "{r}");
-    }
-
-    #[tokio::test]
-    async fn a_port_nobody_listens_on_is_refused() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        drop(listener);
-        let r = load(addr, "/", false).await;
-        assert_eq!((r.new_connection.refused, r.failed()), (5, 5), "{r}");
-    }
-
-    #[tokio::test]
-    async fn keep_alive_on_a_connection_closed_between_requests_is_a_reset() {
-        // Answers the first request on each connection, keeps it open (no Connection: close),
-        // then closes it as soon as the next request arrives, without answering: the race a
-        // draining proxy must never lose.
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut chunk = [0u8; 4096];
-                    if stream.read(&mut chunk).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
-                    let _ = stream.read(&mut chunk).await;
-                });
-            }
-        });
-        let r = load(addr, "/", true).await;
-        assert_eq!(r.keep_alive.ok + r.keep_alive.reset, 5, "{r}");
-        assert!(r.keep_alive.reset >= 2, "{r}");
-        assert!(
-            r.failures
-                .iter()
-                .all(|f| matches!(&f.outcome, Outcome::Reset(m) if m.contains("before any response byte"))),
-            "{r}"
-        );
-    }
 }

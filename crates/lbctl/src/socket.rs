@@ -15,7 +15,7 @@ use serde_yaml::Value;
 use crate::cli::SocketChoice;
 
 /// Where lb-proxy puts its control socket when the configuration does not say.
-pub(crate) const DEFAULT_SOCKET: &str = "/var/run/lb-proxy/master.sock";
+pub(crate) const DEFAULT_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
 
 /// The environment variable naming the socket when neither `-s` nor `-f` is given.
 pub(crate) const ENV_SOCKET: &str = "LBCTL_SOCKET";

@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
 use super::upstream::{acquire, fresh, Upstream};
 use super::{errors, headers, ConnCtx};
-use crate::backend::BackendState;
+use crate::backend::{BackendState, ServerState};
 use crate::connect::ConnectFailure;
 use crate::log::HttpLog;
 
@@ -24,7 +24,7 @@ pub(crate) struct Exchange {
     pub(crate) started: Instant,
     pub(crate) tr: i64,
     pub(crate) backend: Option<Arc<BackendState>>,
-    pub(crate) server: Option<String>,
+    pub(crate) server: Option<Arc<ServerState>>,
     pub(crate) tw: i64,
     pub(crate) tc: i64,
     pub(crate) tresp: i64,
@@ -39,13 +39,13 @@ impl Exchange {
     pub(crate) fn log(&self, bytes: u64) {
         let ctx = &self.ctx;
         let backend = self.backend.as_deref();
-        let server = self.upstream.as_ref().map(|u| &u.server);
+        let server = self.server.as_deref();
         ctx.proxy.logger.http(&HttpLog {
             facts: &ctx.facts,
             accept_date: self.accept_date,
             frontend: ctx.fe.name(),
             backend: backend.map_or(ctx.fe.name(), |b| b.name()),
-            server: self.server.as_deref().unwrap_or("<NOSRV>"),
+            server: server.map_or("<NOSRV>", |s| s.name()),
             tr: self.tr,
             tw: self.tw,
             tc: self.tc,
@@ -143,7 +143,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     };
     let timeout = backend.config().timeouts.server;
     let response = loop {
-        ex.server = Some(up.server.name().to_owned());
+        ex.server = Some(up.server.clone());
         ex.tw = up.queue_ms;
         ex.tc = up.connect_ms;
         let sent = Instant::now();
@@ -222,7 +222,7 @@ fn connect_failed(mut ex: Exchange, failure: ConnectFailure) -> Response<Respons
         ConnectFailure::NoServer => error(ex, 503, *b"SC"),
         ConnectFailure::QueueTimeout => error(ex, 503, *b"sQ"),
         ConnectFailure::Failed { server, timed_out, error: e } => {
-            tracing::debug!(server = server.as_str(), "connect failed: {e}");
+            tracing::debug!(server = server.name(), "connect failed: {e}");
             ex.server = Some(server);
             error(ex, 503, if timed_out { *b"sC" } else { *b"SC" })
         }

@@ -38,19 +38,21 @@ pub(crate) struct Upstream {
     pub(crate) queue_ms: i64,
 }
 
-/// A server, by backend name and index.
-type ServerKey = (String, usize);
+/// One server's idle connections, each with when it became idle.
+type IdleList = Vec<(Sender, Instant)>;
 
 /// Idle server connections of `http_reuse: safe` backends.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    idle: Mutex<HashMap<ServerKey, Vec<(Sender, Instant)>>>,
+    /// Backend name → per server index → idle connections (looked up by `&str`: no key is
+    /// allocated per request).
+    idle: Mutex<HashMap<String, Vec<IdleList>>>,
 }
 
 impl Pool {
     fn take(&self, backend: &str, server: usize, max_idle: Duration) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(&(backend.to_owned(), server))?;
+        let list = idle.get_mut(backend)?.get_mut(server)?;
         while let Some((sender, since)) = list.pop() {
             if !sender.is_closed() && since.elapsed() < max_idle {
                 return Some(sender);
@@ -61,7 +63,14 @@ impl Pool {
 
     pub(crate) fn put(&self, backend: &str, server: usize, sender: Sender) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.entry((backend.to_owned(), server)).or_default();
+        if !idle.contains_key(backend) {
+            idle.insert(backend.to_owned(), Vec::new());
+        }
+        let Some(servers) = idle.get_mut(backend) else { return };
+        if servers.len() <= server {
+            servers.resize_with(server + 1, Vec::new);
+        }
+        let list = &mut servers[server];
         list.retain(|(s, _)| !s.is_closed());
         if list.len() < MAX_IDLE_PER_SERVER {
             list.push((sender, Instant::now()));
@@ -116,11 +125,7 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
             connect_ms: connected.connect_time.as_millis() as i64,
             queue_ms: connected.queue_time.as_millis() as i64,
         }),
-        Err(e) => Err(ConnectFailure::Failed {
-            server: server.name().to_owned(),
-            timed_out: false,
-            error: std::io::Error::other(e),
-        }),
+        Err(e) => Err(ConnectFailure::Failed { server, timed_out: false, error: std::io::Error::other(e) }),
     }
 }
 

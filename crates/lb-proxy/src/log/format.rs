@@ -379,11 +379,13 @@ fn push_ascii(out: &mut String, ascii: &[u8]) {
 const ACCEPT_DATE: usize = 0;
 const RFC3339: usize = 1;
 
+/// A cached time stamp prefix: (local time in whole seconds, offset, its length, its bytes).
+type Prefix = (i64, i32, u8, [u8; 24]);
+
 thread_local! {
-    /// Per kind of time stamp: (local time in whole seconds, offset, its rendering up to the
-    /// seconds). Lines come by the thousand per second, all with the same few prefixes: each is
-    /// rendered once a second.
-    static PREFIXES: Cell<[Option<(i64, i32, u8, [u8; 24])>; 2]> = const { Cell::new([None, None]) };
+    /// Per kind of time stamp, its rendering up to the seconds. Lines come by the thousand per
+    /// second, all with the same few prefixes: each is rendered once a second.
+    static PREFIXES: Cell<[Option<Prefix>; 2]> = const { Cell::new([None, None]) };
 }
 
 /// Appends the rendering of `t` up to its seconds (as `render` writes it), from the cache of

@@ -115,7 +115,13 @@ impl TestServer {
 
     /// Starts a server named `name` on `port` (retrying for a few seconds while it is in use).
     pub fn start_on(name: &str, port: u16) -> TestServer {
-        TestServer::from_listener(name, bind_retrying(SocketAddr::from(([127, 0, 0, 1], port))))
+        TestServer::start_at(name, SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    /// Starts a server named `name` on `addr` (any loopback address: hosts of a demo each have
+    /// their own, as `127.0.0.11`, `127.0.0.12`), retrying for a few seconds while it is in use.
+    pub fn start_at(name: &str, addr: SocketAddr) -> TestServer {
+        TestServer::from_listener(name, bind_retrying(addr))
     }
 
     fn from_listener(name: &str, listener: StdListener) -> TestServer {

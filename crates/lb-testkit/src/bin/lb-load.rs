@@ -5,9 +5,9 @@
 //! lb-load run --addr 127.0.0.1:PORT --duration-s 10 [--new N] [--keep-alive N] [--pause-ms M]
 //!             [--slow-every-ms M] [--slow-path /slow?ms=2000] [--path /load] [--timeout-s 10]
 //!     Runs the load; prints the report as JSON on stdout, as a table on stderr.
-//! lb-load serve --port PORT [--port PORT…] [--name NAME]
+//! lb-load serve --port PORT [--port PORT…] [--name NAME] [--address 127.0.0.N]
 //!     Runs a test server (lb_testkit::TestServer: /slow?ms=N, /ping, /echo, …) on each
-//!     loopback port until SIGTERM or SIGINT.
+//!     port of a loopback address (127.0.0.1 by default) until SIGTERM or SIGINT.
 //! ```
 //! Loopback only: `--addr` must be a 127.0.0.0/8 or ::1 address.
 
@@ -21,7 +21,7 @@ use lb_testkit::TestServer;
 const USAGE: &str =
     "usage: lb-load run --addr 127.0.0.1:PORT --duration-s S [--new N] [--keep-alive N] [--pause-ms M] \
 [--slow-every-ms M] [--slow-path PATH] [--path PATH] [--timeout-s S] [--max-requests N]
-       lb-load serve --port PORT [--port PORT...] [--name NAME]";
+       lb-load serve --port PORT [--port PORT...] [--name NAME] [--address 127.0.0.N]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -90,17 +90,23 @@ fn run(args: &[String]) -> Result<(), String> {
 fn serve(args: &[String]) -> Result<(), String> {
     let mut ports = Vec::new();
     let mut name = "backend".to_owned();
+    let mut address = std::net::IpAddr::from([127, 0, 0, 1]);
     for (option, value) in pairs(args)? {
         match option {
             "--port" => ports.push(number::<u16>(option, value)?),
             "--name" => name = value.to_owned(),
+            "--address" => address = value.parse().map_err(|_| format!("--address: not an IP address: {value:?}"))?,
             _ => return Err(format!("unknown option {option}")),
         }
     }
     if ports.is_empty() {
         return Err("--port is required".into());
     }
-    let servers: Vec<TestServer> = ports.iter().map(|&p| TestServer::start_on(&name, p)).collect();
+    if !address.is_loopback() {
+        return Err(format!("--address {address} is not a loopback address"));
+    }
+    let servers: Vec<TestServer> =
+        ports.iter().map(|&p| TestServer::start_at(&name, SocketAddr::new(address, p))).collect();
     for server in &servers {
         eprintln!("lb-load: serving on {}", server.addr());
     }

@@ -20,6 +20,8 @@
 //! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
+//! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`.
+//! - [`zookeeper`]: a real ZooKeeper, standalone or a three-member ensemble, for lb-watcher.
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -44,6 +46,8 @@ mod proxy;
 pub mod raw;
 mod server;
 mod tcp;
+mod watcher;
+pub mod zookeeper;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -56,6 +60,7 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
+pub use watcher::WatcherProcess;
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

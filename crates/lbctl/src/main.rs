@@ -32,10 +32,12 @@
 //!   the default).
 //! - `render`: the answer as text ([`render::Outcome`]), the `show proc` table.
 //! - `exit`: the exit statuses.
+//! - `register`: `lbctl register`, a registrar-style ZooKeeper registration (lb-watcher's side).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod exit;
+mod register;
 mod render;
 mod socket;
 
@@ -48,6 +50,10 @@ use crate::cli::Parsed;
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
+    // `lbctl register` talks to ZooKeeper, not to a master: its own command line.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "register") {
+        return register::main(std::env::args_os().skip(2).collect());
+    }
     let cli = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Help) => return emit(&cli::help(), "", Exit::Success),

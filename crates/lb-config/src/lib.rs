@@ -46,7 +46,7 @@ mod validate;
 pub use error::{Diagnostic, Error};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
-    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Timeouts,
+    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Stats, Timeouts,
 };
 
 #[cfg(test)]

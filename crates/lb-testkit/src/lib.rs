@@ -20,6 +20,8 @@
 //! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
+//! - [`runtime`]: the runtime socket, and parsers for `show stat`'s CSV (HAProxy's documented
+//!   format), `show servers state` and Prometheus' text format.
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -42,6 +44,7 @@ pub mod notify;
 pub mod procfs;
 mod proxy;
 pub mod raw;
+pub mod runtime;
 mod server;
 mod tcp;
 

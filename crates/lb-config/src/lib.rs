@@ -50,7 +50,7 @@ pub use locate::{child as field_child, item as field_item, Locations, Pos};
 pub use units::{format_duration, parse_duration};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
-    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Timeouts,
+    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Stats, Timeouts,
 };
 
 #[cfg(test)]

@@ -20,6 +20,8 @@
 //! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
+//! - [`runtime`]: the runtime socket, and parsers for `show stat`'s CSV (HAProxy's documented
+//!   format), `show servers state` and Prometheus' text format.
 //! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`.
 //! - [`zookeeper`]: a real ZooKeeper, standalone or a three-member ensemble, for lb-watcher.
 //!
@@ -44,6 +46,7 @@ pub mod notify;
 pub mod procfs;
 mod proxy;
 pub mod raw;
+pub mod runtime;
 mod server;
 mod tcp;
 mod watcher;

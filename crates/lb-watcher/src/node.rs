@@ -108,7 +108,7 @@ fn parse_ip(text: &str) -> Result<IpAddr, Skip> {
 
 /// lb-config's rule for names, so a node never makes the rendered file invalid.
 pub fn valid_server_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
 }
 
 /// The registrar JSON for a server, as `lbctl register` writes it.

@@ -30,7 +30,8 @@ impl WatcherProcess {
     pub async fn start(dir: &Path, yaml: &str) -> WatcherProcess {
         let status = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let config_path = dir.join("lb-watcher.yaml");
-        std::fs::write(&config_path, format!("{yaml}\nstatus:\n  listen: {status}\n")).expect("writing lb-watcher.yaml");
+        std::fs::write(&config_path, format!("{yaml}\nstatus:\n  listen: {status}\n"))
+            .expect("writing lb-watcher.yaml");
         let mut child = Command::new(bin_path("lb-watcher"))
             .arg("-f")
             .arg(&config_path)
@@ -111,7 +112,9 @@ impl WatcherProcess {
             found.is_some()
         })
         .await;
-        found.unwrap_or_else(|| panic!("no stderr line with {text:?} within {within:?}; stderr:\n{}", self.stderr().join("\n")))
+        found.unwrap_or_else(|| {
+            panic!("no stderr line with {text:?} within {within:?}; stderr:\n{}", self.stderr().join("\n"))
+        })
     }
 }
 

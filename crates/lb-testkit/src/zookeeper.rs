@@ -248,9 +248,8 @@ pub struct ZkClient {
 impl ZkClient {
     /// Connects with a 10 s session; panics when it cannot within 20 s.
     pub async fn connect(connect_string: &str) -> ZkClient {
-        let connecting = zookeeper_client::Client::connector()
-            .with_session_timeout(Duration::from_secs(10))
-            .connect(connect_string);
+        let connecting =
+            zookeeper_client::Client::connector().with_session_timeout(Duration::from_secs(10)).connect(connect_string);
         let client = tokio::time::timeout(Duration::from_secs(20), connecting)
             .await
             .unwrap_or_else(|_| panic!("connecting to ZooKeeper {connect_string} timed out"))

@@ -224,19 +224,21 @@ fn validate(ctx: &mut Ctx<'_>, raw: &RawConfig, base: Option<&Path>) -> Config {
     let zookeeper = zookeeper(ctx, raw);
     let proxy = proxy(ctx, raw, base);
     let hysteresis = hysteresis(ctx, raw);
-    let status_listen = raw.status.as_ref().and_then(|s| s.listen.as_ref()).and_then(|text| {
-        match text.parse::<SocketAddr>() {
+    let status_listen =
+        raw.status.as_ref().and_then(|s| s.listen.as_ref()).and_then(|text| match text.parse::<SocketAddr>() {
             Ok(addr) if addr.ip().is_loopback() => Some(addr),
             Ok(_) => {
-                ctx.error("status.listen", format!("`{text}` is not a loopback address: the status endpoint has no authentication"));
+                ctx.error(
+                    "status.listen",
+                    format!("`{text}` is not a loopback address: the status endpoint has no authentication"),
+                );
                 None
             }
             Err(_) => {
                 ctx.error("status.listen", format!("invalid address `{text}`: expected IP:PORT, e.g. 127.0.0.1:9180"));
                 None
             }
-        }
-    });
+        });
     let mut services = Vec::new();
     match &raw.services {
         None => ctx.error("", "missing `services`: nothing to watch"),
@@ -287,7 +289,10 @@ fn zookeeper(ctx: &mut Ctx<'_>, raw: &RawConfig) -> Zookeeper {
     let chroot = zk.and_then(|z| z.chroot.clone());
     if let Some(c) = &chroot {
         if !valid_zk_path(c) || c == "/" {
-            ctx.error("zookeeper.chroot", format!("invalid chroot `{c}`: an absolute path such as /lb, not ending in /"));
+            ctx.error(
+                "zookeeper.chroot",
+                format!("invalid chroot `{c}`: an absolute path such as /lb, not ending in /"),
+            );
         }
     }
     let retry_max =
@@ -400,10 +405,8 @@ fn service(ctx: &mut Ctx<'_>, field: &str, raw: &RawService) -> Option<Service> 
         ctx.error(field, "missing `port`: `host` records carry no port, the service gives it");
     }
     let weight = ctx.int(&child(field, "weight"), raw.weight, 0..=256).and_then(|w| u32::try_from(w).ok());
-    let slowstart = raw
-        .slowstart
-        .as_ref()
-        .map(|s| ctx.duration(&child(field, "slowstart"), Some(s), Duration::ZERO, false));
+    let slowstart =
+        raw.slowstart.as_ref().map(|s| ctx.duration(&child(field, "slowstart"), Some(s), Duration::ZERO, false));
     (ctx.diagnostics.len() == before).then(|| Service {
         backend,
         path,

@@ -146,7 +146,9 @@ impl Engine {
                 shared_state(&self.shared, "expired", None);
             }
             ZkEvent::ConnectFailed { error, retry_in } => {
-                tracing::warn!("ZooKeeper unreachable ({error}); the configuration stays as it is; retry in {retry_in:?}");
+                tracing::warn!(
+                    "ZooKeeper unreachable ({error}); the configuration stays as it is; retry in {retry_in:?}"
+                );
                 self.shared.update(|s| s.zookeeper.last_error = Some(error));
             }
             ZkEvent::Snapshot { path, exists, children } => {
@@ -164,7 +166,10 @@ impl Engine {
                             Err(skip) => {
                                 let key = (format!("{}:{}", service.backend, path), name.clone());
                                 if self.warned.get(&key) != Some(data) {
-                                    tracing::warn!("skipping node {path}/{name} for backend {}: {skip}", service.backend);
+                                    tracing::warn!(
+                                        "skipping node {path}/{name} for backend {}: {skip}",
+                                        service.backend
+                                    );
                                     Metrics::add(&self.shared.metrics.skipped_nodes);
                                     self.warned.insert(key, data.clone());
                                 }
@@ -199,7 +204,11 @@ impl Engine {
             });
         }
         for (backend, names) in &decision.throttled {
-            tracing::info!("backend {backend}: removal of {} throttled to a later round: {}", names.len(), names.join(" "));
+            tracing::info!(
+                "backend {backend}: removal of {} throttled to a later round: {}",
+                names.len(),
+                names.join(" ")
+            );
         }
         if let Some(sets) = decision.apply {
             self.apply(sets, now).await;

@@ -9,8 +9,8 @@ use anyhow::Context;
 const USAGE: &str = "usage: lb-watcher -f FILE [-c]\n  -f FILE  lb-watcher's configuration\n  -c       check the configuration and exit\n";
 
 fn main() -> ExitCode {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("LB_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LB_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // A log that cannot be written must not take the process down (tracing would panic).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

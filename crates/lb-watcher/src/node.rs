@@ -48,9 +48,7 @@ struct Nerve {
 /// Reads the node named `name` holding `data`, for `service`.
 pub fn parse(service: &Service, name: &str, data: &[u8]) -> Result<Member, Skip> {
     if !valid_server_name(name) {
-        return Err(skip(format!(
-            "node name `{name}` is not a valid server name (letters, digits, `_`, `.`, `-`)"
-        )));
+        return Err(skip(format!("node name `{name}` is not a valid server name (letters, digits, `_`, `.`, `-`)")));
     }
     let value: Value = serde_json::from_slice(data).map_err(|e| skip(format!("not valid JSON: {e}")))?;
     match service.format {
@@ -156,7 +154,8 @@ mod tests {
 
     #[test]
     fn registrar_load_balancer_ports() {
-        let data = br#"{"type":"load_balancer","address":"10.0.0.6","load_balancer":{"address":"10.0.0.7","ports":[80,81]}}"#;
+        let data =
+            br#"{"type":"load_balancer","address":"10.0.0.6","load_balancer":{"address":"10.0.0.7","ports":[80,81]}}"#;
         let s = service(NodeFormat::Registrar, "load_balancer", None);
         assert_eq!(parse(&s, "lb1", data).map(|m| m.address), Ok(addr("10.0.0.7:80")));
         let s = service(NodeFormat::Registrar, "load_balancer", Some(81));

@@ -96,7 +96,8 @@ backends:
             slowstart: Some(std::time::Duration::from_secs(5)),
         };
         let member = Member { address: SocketAddr::from(([10, 0, 0, 5], 80)), weight: 10 };
-        let sets: Sets = [("api".to_owned(), [("web1".to_owned(), member)].into_iter().collect())].into_iter().collect();
+        let sets: Sets =
+            [("api".to_owned(), [("web1".to_owned(), member)].into_iter().collect())].into_iter().collect();
         let services = [service];
         let rendered = render(&base, &services, &sets);
         let text = rendered.to_yaml();

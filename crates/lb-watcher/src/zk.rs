@@ -42,7 +42,12 @@ const SETTLE: Duration = Duration::from_millis(20);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 
 /// Runs until `shutdown` turns true or the engine goes away.
-pub async fn run(settings: Zookeeper, paths: Vec<String>, events: mpsc::Sender<ZkEvent>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    settings: Zookeeper,
+    paths: Vec<String>,
+    events: mpsc::Sender<ZkEvent>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut retry = RETRY_MIN;
     let mut first = true;
     let connect_string = settings.connect_string();
@@ -215,7 +220,10 @@ async fn serve(
 }
 
 /// Waits for the session to be connected again: `None` when it is, else why it ended.
-async fn wait_connected(state: &mut zookeeper_client::StateWatcher, shutdown: &mut watch::Receiver<bool>) -> Option<Ended> {
+async fn wait_connected(
+    state: &mut zookeeper_client::StateWatcher,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Ended> {
     loop {
         match state.peek_state() {
             SessionState::SyncConnected | SessionState::ConnectedReadOnly => return None,
@@ -258,8 +266,10 @@ pub async fn read(client: &Client, path: &str) -> Result<Option<Children>, Error
                 .add_get_data(&child)
                 .map_err(|source| Error::Zookeeper { what: format!("reading {child}"), source })?;
         }
-        let results =
-            reader.commit().await.map_err(|source| Error::Zookeeper { what: format!("reading under {path}"), source })?;
+        let results = reader
+            .commit()
+            .await
+            .map_err(|source| Error::Zookeeper { what: format!("reading under {path}"), source })?;
         for (name, result) in batch.iter().zip(results) {
             match result {
                 zookeeper_client::MultiReadResult::Data { data, .. } => {

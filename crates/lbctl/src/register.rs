@@ -126,7 +126,16 @@ mod tests {
 
     #[test]
     fn parses() {
-        let r = parse(args(&["--zk", "127.0.0.1:2181", "--path", "/com/example/api", "--name", "web1", "--address", "10.0.0.5"]));
+        let r = parse(args(&[
+            "--zk",
+            "127.0.0.1:2181",
+            "--path",
+            "/com/example/api",
+            "--name",
+            "web1",
+            "--address",
+            "10.0.0.5",
+        ]));
         let r = r.ok().flatten().map(|r| (r.node_path(), r.data()));
         assert_eq!(
             r,
@@ -136,9 +145,23 @@ mod tests {
             ))
         );
         let lb = parse(args(&[
-            "--zk", "z:1", "--path", "/a", "--name", "n", "--address", "::1", "--type", "load_balancer", "--port", "80",
+            "--zk",
+            "z:1",
+            "--path",
+            "/a",
+            "--name",
+            "n",
+            "--address",
+            "::1",
+            "--type",
+            "load_balancer",
+            "--port",
+            "80",
         ]));
-        assert!(lb.ok().flatten().is_some_and(|r| r.data().contains(r#""load_balancer":{"address":"::1","ports":[80]}"#)));
+        assert!(lb
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.data().contains(r#""load_balancer":{"address":"::1","ports":[80]}"#)));
         assert!(parse(args(&["--zk", "z:1", "--path", "a", "--name", "n", "--address", "1.2.3.4"])).is_err());
         assert!(parse(args(&["--zk", "z:1", "--path", "/a", "--name", "n", "--address", "host"])).is_err());
         assert!(parse(args(&["--path", "/a", "--name", "n", "--address", "1.2.3.4"])).is_err());

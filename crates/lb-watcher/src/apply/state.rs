@@ -26,8 +26,14 @@ pub fn parse_servers_state(output: &str) -> Result<Vec<RunningServer>, String> {
     let header = lines.next().and_then(|l| l.strip_prefix('#')).ok_or("no `# be_id be_name …` header")?;
     let columns: Vec<&str> = header.split_whitespace().collect();
     let col = |name: &str| columns.iter().position(|c| *c == name).ok_or(format!("no column `{name}`"));
-    let (be, name, addr, admin, weight, port) =
-        (col("be_name")?, col("srv_name")?, col("srv_addr")?, col("srv_admin_state")?, col("srv_uweight")?, col("srv_port")?);
+    let (be, name, addr, admin, weight, port) = (
+        col("be_name")?,
+        col("srv_name")?,
+        col("srv_addr")?,
+        col("srv_admin_state")?,
+        col("srv_uweight")?,
+        col("srv_port")?,
+    );
     let mut servers = Vec::new();
     for line in lines {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -64,6 +70,9 @@ mod tests {
         assert!(!servers[0].drain && !servers[0].maint);
         assert!(servers[1].drain && servers[1].weight == 50);
         assert!(parse_servers_state("No such backend.\n").is_err());
-        assert_eq!(parse_servers_state("1\n# be_id be_name srv_name srv_addr srv_admin_state srv_uweight srv_port\n"), Ok(vec![]));
+        assert_eq!(
+            parse_servers_state("1\n# be_id be_name srv_name srv_addr srv_admin_state srv_uweight srv_port\n"),
+            Ok(vec![])
+        );
     }
 }

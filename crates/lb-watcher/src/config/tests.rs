@@ -82,9 +82,15 @@ fn errors_name_file_line_column_and_field() {
     let e = errors(&bad);
     assert!(e[0].starts_with("w.yaml:7:3: ") && e[0].contains("unknown field `confg`"), "{e:?}");
     let bad = GOOD.replace("    port: 80\n", "");
-    assert_eq!(errors(&bad), vec!["w.yaml:20:5: services[1]: missing `port`: `host` records carry no port, the service gives it"]);
+    assert_eq!(
+        errors(&bad),
+        vec!["w.yaml:20:5: services[1]: missing `port`: `host` records carry no port, the service gives it"]
+    );
     let bad = GOOD.replace("backend: insecure_api", "backend: secure_api");
-    assert_eq!(errors(&bad), vec!["w.yaml:20:14: services[1].backend: backend `secure_api` is already filled by services[0]"]);
+    assert_eq!(
+        errors(&bad),
+        vec!["w.yaml:20:14: services[1].backend: backend `secure_api` is already filled by services[0]"]
+    );
     let bad = GOOD.replace("127.0.0.1:9180", "0.0.0.0:9180");
     assert!(errors(&bad)[0].contains("status.listen: `0.0.0.0:9180` is not a loopback address"));
     let bad = GOOD.replace("\"zk2:2181\"", "\"zk2\"");

@@ -379,6 +379,11 @@ impl Master {
             }
             WorkerEvent::Message(ToMaster::Snapshot { snapshot }) => self.hand_snapshot(generation, snapshot).await,
             WorkerEvent::Message(ToMaster::ShowProc { id }) => self.proc_for_worker(generation, id).await,
+            WorkerEvent::Message(ToMaster::LateCounts { counts }) => {
+                if let Some(current) = self.current.filter(|&c| c != generation).and_then(|c| self.workers.get(&c)) {
+                    let _ = current.proc.tx.send(&ToWorker::AddCounts { counts }, &[]).await;
+                }
+            }
             WorkerEvent::ChannelClosed => {}
             WorkerEvent::Exited(status) => self.exited(generation, status).await,
         }

@@ -311,7 +311,7 @@ mod tests {
         assert_eq!(two, Response::Runtime { output: "\na\n\n".into() });
         let mixed = response(vec![RuntimeResult::ok(""), RuntimeResult::refused("no")]);
         assert_eq!(mixed, Response::Error { message: "\nno\n\n".into() });
-        assert_eq!(run_line(None, "  ")[0].ok, false);
+        assert!(!run_line(None, "  ")[0].ok);
         assert_eq!(run_line(None, "show stat")[0].output, "This daemon has no runtime commands.");
     }
 }

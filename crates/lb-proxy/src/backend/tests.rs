@@ -367,12 +367,12 @@ fn servers_added_and_removed_at_run_time() {
             held.set_admin_state(AdminState::Maint);
             lease
         };
-        assert!(be.remove_server("s2").unwrap_err().contains("1 connections"));
+        assert!(be.remove_server("s2").expect_err("held").contains("1 connections"));
         drop(pinned);
         let removed = be.remove_server("s2").expect("removed once idle");
         assert!(removed.is_removed());
         assert!(be.server("s2").is_none());
-        assert_eq!(be.remove_server("s2").unwrap_err(), "No such server.");
+        assert_eq!(be.remove_server("s2").expect_err("gone"), "No such server.");
         let again = be.add_server(server_config("s2", 8002, 1)).expect("added again");
         assert_eq!(again.index(), 3, "ids are never reused");
         drop(lease);

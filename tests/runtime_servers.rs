@@ -211,3 +211,59 @@ async fn runtime_socket_is_private() {
     let mode = std::fs::metadata(proxy.runtime_socket()).expect("runtime socket").permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_the_current_worker_after_a_reload_and_on_tcp() {
+    let s1 = TestServer::start("s1");
+    let a1 = s1.addr();
+    let rt = lb_testkit::free_port();
+    let proxy = ProxyProcess::start_with(1, move |ports: &[u16]| {
+        format!(
+            "global:\n  runtime_address: 127.0.0.1:{rt}\nfrontends:\n  - name: fe\n    bind: [\"127.0.0.1:{fe}\"]\n    \
+             default_backend: be\nbackends:\n  - name: be\n    servers: [ {{ name: s1, address: \"{a1}\" }} ]\n",
+            fe = ports[0],
+        )
+    });
+    let pid_of = |info: &str| info.lines().find_map(|l| l.strip_prefix("Pid: ").map(str::to_owned));
+    let first = proxy.current_worker().await.expect("a worker");
+    let info = ok(&proxy, "show info").await;
+    assert_eq!(pid_of(&info), Some(first.to_string()));
+
+    ok(&proxy, "set server be/s1 state drain").await;
+    let reloaded = proxy.reload().await.expect("reload");
+    assert_ne!(reloaded.pid, first);
+    let info = ok(&proxy, "show info").await;
+    assert_eq!(pid_of(&info), Some(reloaded.pid.to_string()), "the new worker answers");
+    assert_eq!(servers_state(&proxy).await["s1"]["srv_admin_state"], "0", "the file is the reference");
+
+    // The same commands on the loopback TCP address, HAProxy's way.
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", rt)).expect("runtime address");
+    tcp.write_all(b"show info;show servers state be\n").expect("send");
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).expect("read until the daemon closes");
+    assert!(answer.starts_with("Name: lb-proxy\n"), "{answer}");
+    assert!(answer.contains("\n\n1\n# be_id be_name"), "{answer}");
+    assert!(answer.ends_with("\n\n"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_sessions_closes_the_servers_connections() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config(&s1));
+    let slow = tokio::spawn({
+        let addr = proxy.addr();
+        async move { client::get(addr, "/slow?ms=8000").await }
+    });
+    assert!(wait_until(Duration::from_secs(5), || s1.in_flight() == 1).await);
+    let started = std::time::Instant::now();
+    assert_eq!(ok(&proxy, "shutdown sessions server be/s1").await, "");
+    let outcome = slow.await.expect("join");
+    assert!(started.elapsed() < Duration::from_secs(5), "closed at once, not after the 8 s response");
+    if let Ok(response) = outcome {
+        assert!(response.status >= 500, "the cut request is not a success: {}", response.status);
+    }
+    assert!(wait_until(Duration::from_secs(5), || s1.open_connections() == 0).await, "the server connection is closed");
+    // The server keeps taking new requests.
+    assert_eq!(traffic(&proxy, 3).await.get("s1"), Some(&3));
+}

@@ -212,8 +212,9 @@ impl BackendState {
             if server.try_acquire() {
                 self.last_pick.store(chosen, Ordering::Relaxed);
                 let conns = self.conns.fetch_add(1, Ordering::AcqRel) + 1;
-                self.counters.session(conns);
-                server.counters.session(server.current_conns());
+                let now = crate::counters::unix_now();
+                self.counters.session(now, conns);
+                server.counters.session(now, server.current_conns());
                 return Some(ServerLease { backend: Arc::clone(self), server: Arc::clone(server) });
             }
             candidates.retain(|&(i, _)| i != chosen);

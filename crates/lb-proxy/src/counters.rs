@@ -101,19 +101,24 @@ fn add(a: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    /// A session began; `concurrent` is how many are open now, this one included.
-    pub(crate) fn session(&self, concurrent: usize) {
+    /// A session began at `now` ([`unix_now`], read once by the caller for every level);
+    /// `concurrent` is how many are open now, this one included.
+    pub(crate) fn session(&self, now: u64, concurrent: usize) {
         self.sessions.fetch_add(1, Ordering::Relaxed);
         self.max_sessions.fetch_max(concurrent as u64, Ordering::Relaxed);
-        let now = unix_now();
-        self.last_session.store(now, Ordering::Relaxed);
+        if self.last_session.load(Ordering::Relaxed) != now {
+            self.last_session.store(now, Ordering::Relaxed);
+        }
         self.session_rate.tick(now);
     }
 
     /// An HTTP request ended with `status` (-1: none sent) and `bytes` sent to the client.
-    pub(crate) fn request(&self, status: i32, bytes: u64, termination: [u8; 2]) {
+    /// `now`: given where the request rate is kept (frontends, the process), as HAProxy does.
+    pub(crate) fn request(&self, now: Option<u64>, status: i32, bytes: u64, termination: [u8; 2]) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        self.request_rate.tick(unix_now());
+        if let Some(now) = now {
+            self.request_rate.tick(now);
+        }
         if status >= 0 {
             let class = match status / 100 {
                 1..=5 => (status / 100 - 1) as usize,
@@ -210,6 +215,63 @@ pub(crate) struct Snapshot {
     pub(crate) servers: BTreeMap<String, ServerTotals>,
 }
 
+impl Totals {
+    /// What was counted since `earlier` (maxima and times are kept as they are now).
+    fn since(&self, earlier: &Totals) -> Totals {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        let mut responses = self.responses;
+        for (r, e) in responses.iter_mut().zip(earlier.responses) {
+            *r = r.saturating_sub(e);
+        }
+        Totals {
+            sessions: d(self.sessions, earlier.sessions),
+            requests: d(self.requests, earlier.requests),
+            bytes_out: d(self.bytes_out, earlier.bytes_out),
+            responses,
+            request_errors: d(self.request_errors, earlier.request_errors),
+            connect_errors: d(self.connect_errors, earlier.connect_errors),
+            response_errors: d(self.response_errors, earlier.response_errors),
+            retries: d(self.retries, earlier.retries),
+            redispatches: d(self.redispatches, earlier.redispatches),
+            client_aborts: d(self.client_aborts, earlier.client_aborts),
+            server_aborts: d(self.server_aborts, earlier.server_aborts),
+            max_sessions: self.max_sessions,
+            last_session: self.last_session,
+        }
+    }
+}
+
+impl Snapshot {
+    /// What was counted since `earlier` (a snapshot of the same process), item by item; items
+    /// added since are counted whole.
+    pub(crate) fn since(&self, earlier: &Snapshot) -> Snapshot {
+        let zero = Totals::default();
+        let map = |now: &BTreeMap<String, Totals>, then: &BTreeMap<String, Totals>| {
+            now.iter().map(|(k, t)| (k.clone(), t.since(then.get(k).unwrap_or(&zero)))).collect()
+        };
+        let servers = self
+            .servers
+            .iter()
+            .map(|(k, s)| {
+                let then = earlier.servers.get(k).cloned().unwrap_or_default();
+                let late = ServerTotals {
+                    traffic: s.traffic.since(&then.traffic),
+                    failed_checks: s.failed_checks.saturating_sub(then.failed_checks),
+                    downs: s.downs.saturating_sub(then.downs),
+                };
+                (k.clone(), late)
+            })
+            .collect();
+        Snapshot {
+            connections: self.connections.saturating_sub(earlier.connections),
+            requests: self.requests.saturating_sub(earlier.requests),
+            frontends: map(&self.frontends, &earlier.frontends),
+            backends: map(&self.backends, &earlier.backends),
+            servers,
+        }
+    }
+}
+
 /// A server's totals and health-check counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ServerTotals {
@@ -225,10 +287,10 @@ mod tests {
     #[test]
     fn requests_by_class_and_termination() {
         let c = Counters::default();
-        c.request(200, 10, *b"--");
-        c.request(503, 5, *b"SH");
-        c.request(-1, 0, *b"CD");
-        c.request(99, 0, *b"SD");
+        c.request(Some(unix_now()), 200, 10, *b"--");
+        c.request(None, 503, 5, *b"SH");
+        c.request(None, -1, 0, *b"CD");
+        c.request(None, 99, 0, *b"SD");
         let t = c.totals();
         assert_eq!(t.requests, 4);
         assert_eq!(t.responses, [0, 1, 0, 0, 1, 1]);
@@ -238,12 +300,27 @@ mod tests {
     #[test]
     fn inherit_adds() {
         let c = Counters::default();
-        c.session(3);
+        c.session(unix_now(), 3);
         let base =
             Totals { sessions: 10, requests: 7, max_sessions: 9, responses: [0, 7, 0, 0, 0, 0], ..Totals::default() };
         c.inherit(&base);
         let t = c.totals();
         assert_eq!((t.sessions, t.requests, t.max_sessions, t.responses[1]), (11, 7, 9, 7));
+    }
+
+    #[test]
+    fn late_counts_are_the_difference() {
+        let mut earlier = Snapshot { connections: 5, requests: 4, ..Snapshot::default() };
+        earlier
+            .frontends
+            .insert("fe".into(), Totals { requests: 4, responses: [0, 4, 0, 0, 0, 0], ..Totals::default() });
+        let mut now = Snapshot { connections: 6, requests: 6, ..Snapshot::default() };
+        now.frontends.insert("fe".into(), Totals { requests: 6, responses: [0, 5, 0, 0, 1, 0], ..Totals::default() });
+        now.backends.insert("new".into(), Totals { requests: 2, ..Totals::default() });
+        let late = now.since(&earlier);
+        assert_eq!((late.connections, late.requests), (1, 2));
+        assert_eq!(late.frontends["fe"].responses, [0, 1, 0, 0, 1, 0]);
+        assert_eq!(late.backends["new"].requests, 2);
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod servers;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use lb_supervisor::{MasterLink, Runtime, RuntimeResult, Shutdown};
 
@@ -50,11 +50,13 @@ pub(crate) struct ProxyRuntime {
     shutdown: Shutdown,
     /// The master, for `show proc` (old workers, for metrics).
     pub(crate) master: MasterLink,
+    /// The snapshot handed to the next worker, to tell what was counted after it.
+    handed: Arc<Mutex<Option<Snapshot>>>,
 }
 
 impl ProxyRuntime {
     pub(crate) fn new(proxy: Arc<Proxy>, shutdown: Shutdown, master: MasterLink) -> Self {
-        ProxyRuntime { proxy, shutdown, master }
+        ProxyRuntime { proxy, shutdown, master, handed: Arc::default() }
     }
 
     pub(crate) fn proxy(&self) -> &Arc<Proxy> {
@@ -108,7 +110,22 @@ impl Runtime for Handler {
     }
 
     fn snapshot(&self) -> Option<String> {
-        serde_json::to_string(&self.0.snapshot()).ok()
+        let snapshot = self.0.snapshot();
+        let text = serde_json::to_string(&snapshot).ok();
+        *self.0.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
+        text
+    }
+
+    fn late_counts(&self) -> Option<String> {
+        let handed = self.0.handed.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+        serde_json::to_string(&self.0.snapshot().since(&handed)).ok()
+    }
+
+    fn add_late_counts(&self, counts: &str) {
+        match serde_json::from_str::<Snapshot>(counts) {
+            Ok(late) => stats::inherit(&self.0.proxy, &late),
+            Err(e) => tracing::warn!("late counts of a previous worker not understood: {e}"),
+        }
     }
 
     fn inherit(&self, snapshot: Option<&str>) {

@@ -347,8 +347,9 @@ impl Admission {
     fn new(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, permits: Permits) -> Self {
         let actconn = proxy.actconn.fetch_add(1, Ordering::Relaxed) + 1;
         let feconn = fe.feconn.fetch_add(1, Ordering::Relaxed) + 1;
-        proxy.counters.session(actconn);
-        fe.counters.session(feconn);
+        let now = crate::counters::unix_now();
+        proxy.counters.session(now, actconn);
+        fe.counters.session(now, feconn);
         Admission { proxy: proxy.clone(), frontend: fe.clone(), _permits: permits }
     }
 }

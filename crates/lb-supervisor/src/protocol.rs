@@ -127,6 +127,10 @@ pub(crate) enum ToWorker {
         id: u64,
         table: ProcTable,
     },
+    /// A predecessor's [`ToMaster::LateCounts`], to add.
+    AddCounts {
+        counts: String,
+    },
 }
 
 /// Worker → master.
@@ -166,6 +170,11 @@ pub(crate) enum ToMaster {
     /// The daemon wants `show proc` (old workers and their connections, for its metrics).
     ShowProc {
         id: u64,
+    },
+    /// Sent by a drained old worker just before it exits: what it counted after its
+    /// [`ToMaster::Snapshot`], for the current worker.
+    LateCounts {
+        counts: String,
     },
 }
 

@@ -57,6 +57,18 @@ pub trait Runtime: Send + Sync + 'static {
     fn inherit(&self, snapshot: Option<&str>) {
         let _ = snapshot;
     }
+
+    /// What this worker counted since its [`snapshot`](Self::snapshot), asked once it has
+    /// drained (requests that were in flight at the reload): handed to the current worker.
+    fn late_counts(&self) -> Option<String> {
+        None
+    }
+
+    /// A draining predecessor's [`late_counts`](Self::late_counts): add them. May come at any
+    /// time, before or after [`inherit`](Self::inherit).
+    fn add_late_counts(&self, counts: &str) {
+        let _ = counts;
+    }
 }
 
 /// Where the master serves the runtime socket (see [`Daemon::runtime_endpoints`](crate::Daemon::runtime_endpoints)).
@@ -299,7 +311,7 @@ mod tests {
         assert_eq!(two, Response::Runtime { output: "\na\n\n".into() });
         let mixed = response(vec![RuntimeResult::ok(""), RuntimeResult::refused("no")]);
         assert_eq!(mixed, Response::Error { message: "\nno\n\n".into() });
-        assert_eq!(run_line(None, "  ")[0].ok, false);
+        assert!(!run_line(None, "  ")[0].ok);
         assert_eq!(run_line(None, "show stat")[0].output, "This daemon has no runtime commands.");
     }
 }

@@ -125,12 +125,21 @@ async fn serve<D: Daemon>(
     // snapshot of ours complete, so a snapshot asked for before waits for them.
     let mut inherited = false;
     let mut snapshot_asked = false;
+    // A snapshot went to the master: what is counted from now on is handed over at the end.
+    let mut snapshot_sent = false;
     let snapshot = |runtime: &Option<Arc<dyn runtime::Runtime>>| ToMaster::Snapshot {
         snapshot: runtime.as_ref().and_then(|r| r.snapshot()),
     };
     loop {
         tokio::select! {
-            _ = &mut done => return Ok(()),
+            _ = &mut done => {
+                if snapshot_sent && master_alive {
+                    if let Some(counts) = runtime.as_ref().and_then(|r| r.late_counts()) {
+                        let _ = tx.send(&ToMaster::LateCounts { counts }, &[]).await;
+                    }
+                }
+                return Ok(());
+            }
             _ = term.recv() => handle.stop(),
             message = rx.recv::<ToWorker>(), if master_alive => match message {
                 Ok(Some((ToWorker::SoftStop, _))) => handle.drain(),
@@ -144,7 +153,7 @@ async fn serve<D: Daemon>(
                 }
                 Ok(Some((ToWorker::Snapshot, _))) => {
                     if inherited {
-                        let _ = tx.send(&snapshot(&runtime), &[]).await;
+                        snapshot_sent = tx.send(&snapshot(&runtime), &[]).await.is_ok();
                     } else {
                         snapshot_asked = true;
                     }
@@ -155,10 +164,15 @@ async fn serve<D: Daemon>(
                     }
                     inherited = true;
                     if std::mem::take(&mut snapshot_asked) {
-                        let _ = tx.send(&snapshot(&runtime), &[]).await;
+                        snapshot_sent = tx.send(&snapshot(&runtime), &[]).await.is_ok();
                     }
                 }
                 Ok(Some((ToWorker::Proc { id, table }, _))) => link.deliver(id, table),
+                Ok(Some((ToWorker::AddCounts { counts }, _))) => {
+                    if let Some(runtime) = &runtime {
+                        runtime.add_late_counts(&counts);
+                    }
+                }
                 Ok(Some((other, _))) => tracing::warn!("unexpected message from the master: {other:?}"),
                 Ok(None) | Err(_) => {
                     // The master is gone: nobody can hand our sockets on, so drain and exit.

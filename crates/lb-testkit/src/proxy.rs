@@ -282,24 +282,6 @@ impl ProxyProcess {
         &self.runtime_socket
     }
 
-    /// One line of runtime commands on the runtime socket, as `socat` would send it; the
-    /// whole answer (each command's output followed by an empty line).
-    pub fn runtime(&self, line: &str) -> String {
-        crate::runtime::send_line(&self.runtime_socket, line).unwrap_or_else(|e| panic!("runtime socket: {e}"))
-    }
-
-    /// One runtime command through the control socket (what lbctl and lb-watcher do):
-    /// `Ok(output)` or `Err(message)` when refused.
-    pub async fn runtime_command(&self, line: &str) -> Result<String, String> {
-        let request = lb_supervisor::Request::Runtime { line: line.to_owned() };
-        match lb_supervisor::control::call(&self.control_socket, &request).await {
-            Ok(lb_supervisor::Response::Runtime { output }) => Ok(output),
-            Ok(lb_supervisor::Response::Error { message }) => Err(message),
-            Ok(other) => panic!("unexpected answer to {line:?}: {other:?}"),
-            Err(e) => panic!("control socket: {e}"),
-        }
-    }
-
     /// Replaces the configuration file with `yaml` (given the same private control socket as at
     /// start), atomically: written beside it, then renamed over it. Takes effect at the next
     /// reload.

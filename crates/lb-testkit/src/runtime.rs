@@ -1,5 +1,7 @@
 //! The runtime socket and what comes out of it, read the way the tools that use them read them:
 //!
+//! - [`ProxyProcess::runtime`](crate::ProxyProcess::runtime) (the runtime socket) and
+//!   [`ProxyProcess::runtime_command`](crate::ProxyProcess::runtime_command) (the control socket);
 //! - [`send_line`]: one line of commands on the Unix runtime socket (what `socat` does);
 //! - [`parse_stat_csv`]: `show stat`'s CSV, parsed from HAProxy's documented format
 //!   (management.txt, "9.1. CSV format": a first line `# ` + column titles, then classic CSV,
@@ -14,6 +16,26 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
+
+impl crate::ProxyProcess {
+    /// One line of runtime commands on the runtime socket, as `socat` would send it; the
+    /// whole answer (each command's output followed by an empty line).
+    pub fn runtime(&self, line: &str) -> String {
+        send_line(self.runtime_socket(), line).unwrap_or_else(|e| panic!("runtime socket: {e}"))
+    }
+
+    /// One runtime command through the control socket (what lbctl and lb-watcher do):
+    /// `Ok(output)` or `Err(message)` when refused.
+    pub async fn runtime_command(&self, line: &str) -> Result<String, String> {
+        let request = lb_supervisor::Request::Runtime { line: line.to_owned() };
+        match lb_supervisor::control::call(self.control_socket(), &request).await {
+            Ok(lb_supervisor::Response::Runtime { output }) => Ok(output),
+            Ok(lb_supervisor::Response::Error { message }) => Err(message),
+            Ok(other) => panic!("unexpected answer to {line:?}: {other:?}"),
+            Err(e) => panic!("control socket: {e}"),
+        }
+    }
+}
 
 /// Send `line` on the runtime socket and read until the daemon closes the connection.
 pub fn send_line(socket: &Path, line: &str) -> std::io::Result<String> {

@@ -31,6 +31,7 @@
 //! - `socket`: which control socket (`-s`, `-f`'s `global.control_socket`, `$LBCTL_SOCKET`,
 //!   the default).
 //! - `render`: the answer as text ([`render::Outcome`]), the `show proc` table.
+//! - `tables`: `show stat`, `show servers state`, `show info` as tables or JSON objects.
 //! - `exit`: the exit statuses.
 //! - `register`: `lbctl register`, a registrar-style ZooKeeper registration (lb-watcher's side).
 #![forbid(unsafe_code)]
@@ -40,6 +41,7 @@ mod exit;
 mod register;
 mod render;
 mod socket;
+mod tables;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -70,7 +72,11 @@ fn main() -> ExitCode {
     // No timeout: a reload answers once the new worker serves, however long that takes.
     match control::call_blocking(&socket, &cli.request, None) {
         Ok(response) => {
-            let outcome = render::response(&response, cli.json);
+            let command = match &cli.request {
+                lb_supervisor::Request::Runtime { line } => Some(line.as_str()),
+                _ => None,
+            };
+            let outcome = render::response(&response, command, cli.json);
             emit(&outcome.stdout, &outcome.stderr, outcome.exit)
         }
         Err(e) => emit("", &render::unreachable(&socket, &e), Exit::Unavailable),

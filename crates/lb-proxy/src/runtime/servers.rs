@@ -106,7 +106,7 @@ fn parse_state(text: &str) -> Option<AdminState> {
     }
 }
 
-fn parse_weight(text: &str) -> Result<u32, String> {
+pub(super) fn parse_weight(text: &str) -> Result<u32, String> {
     match text.parse::<u32>() {
         Ok(w) if w <= MAX_WEIGHT => Ok(w),
         Ok(_) => Err("Absolute weight can only be between 0 and 256 inclusive.".into()),
@@ -143,7 +143,7 @@ fn add(rt: &ProxyRuntime, target: &str, args: &[&str]) -> RuntimeResult {
 }
 
 /// A server name as the configuration allows it.
-fn valid_name(name: &str) -> Result<(), String> {
+pub(super) fn valid_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 64 {
         return Err("A server name must have 1 to 64 characters.".into());
     }
@@ -153,7 +153,7 @@ fn valid_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn server_config(name: &str, args: &[&str]) -> Result<lb_config::Server, String> {
+pub(super) fn server_config(name: &str, args: &[&str]) -> Result<lb_config::Server, String> {
     let Some((address, mut rest)) = args.split_first() else {
         return Err("'add server' expects an address: add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>]".into());
     };
@@ -194,7 +194,7 @@ fn server_config(name: &str, args: &[&str]) -> Result<lb_config::Server, String>
 }
 
 /// `10s`, `500ms`, `2m`, or a number of milliseconds as HAProxy takes it.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     let n: u64 = digits.parse().map_err(|_| format!("Invalid time '{text}' (e.g. 500ms, 10s, 2m)."))?;

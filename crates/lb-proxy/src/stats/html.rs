@@ -27,10 +27,13 @@ th{background:#f8f9fb;color:#4a5263;font-weight:600;font-size:12px}
 th:first-child,td:first-child{text-align:left}
 td.state{text-align:center;font-weight:600}
 tr.total td{font-weight:600;background:#f8f9fb}
-.UP{background:#d7f5dd;color:#0f5c24}.DOWN{background:#fbd9d9;color:#8a1414}
-.MAINT{background:#e3e0f5;color:#3d2f8a}.DRAIN{background:#fdebc8;color:#7a4b00}
-.nocheck{background:#e8eef7;color:#2c4a73}.OPEN{background:#d7f5dd;color:#0f5c24}
-.legend{display:flex;gap:8px;margin:0 0 12px}.legend span{padding:2px 8px;border-radius:3px;font-size:12px;font-weight:600}
+.legend span{padding:2px 8px;border-radius:3px;font-size:12px;font-weight:600}
+.legend{display:flex;gap:8px;margin:0 0 12px}
+.state.UP,.legend .UP,.state.OPEN{background:#d7f5dd;color:#0f5c24}
+.state.DOWN,.legend .DOWN{background:#fbd9d9;color:#8a1414}
+.state.MAINT,.legend .MAINT{background:#e3e0f5;color:#3d2f8a}
+.state.DRAIN,.legend .DRAIN{background:#fdebc8;color:#7a4b00}
+.state.nocheck,.legend .nocheck{background:#e8eef7;color:#2c4a73}
 footer{color:#6b7385;padding:0 20px 16px;font-size:12px}
 ";
 

@@ -75,7 +75,10 @@ fn responses(out: &mut String, name: &str, help: &str, items: &[(Vec<(&str, &str
 }
 
 /// The traffic counters every level has.
-fn traffic(out: &mut String, level: &str, what: &str, items: &[(Vec<(&str, &str)>, &Counters, Totals)]) {
+/// Labels, counters and their totals of one frontend, backend or server.
+type Item<'a> = (Vec<(&'a str, &'a str)>, &'a Counters, Totals);
+
+fn traffic(out: &mut String, level: &str, what: &str, items: &[Item<'_>]) {
     let totals: Vec<(Vec<(&str, &str)>, &Totals)> = items.iter().map(|(l, _, t)| (l.clone(), t)).collect();
     let sessions = if level == "frontend" { "Client connections accepted" } else { "Server connections opened" };
     counter(out, &format!("{level}_connections_total"), &format!("{sessions} by {what}."), &totals, |t| t.sessions);

@@ -9,6 +9,7 @@ use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, Log
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
 pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
 pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb-proxy/runtime.sock";
+pub(crate) const STATS_REFRESH: Duration = Duration::from_secs(5);
 pub(crate) const LOG_TAG: &str = "haproxy";
 /// As the Manta deployment ran HAProxy.
 pub(crate) const MAX_OLD_WORKERS: usize = 10;
@@ -65,6 +66,8 @@ impl Default for Global {
             log: Log::default(),
             control_socket: PathBuf::from(CONTROL_SOCKET),
             runtime_socket: PathBuf::from(RUNTIME_SOCKET),
+            runtime_address: None,
+            stats: None,
             max_old_workers: MAX_OLD_WORKERS,
             worker_start_timeout: WORKER_START_TIMEOUT,
             hard_stop_after: None,

@@ -44,9 +44,13 @@ mod units;
 mod validate;
 
 pub use error::{Diagnostic, Error};
+/// For other YAML files of the stack (lb-watcher's) that report `file:line:col: field: message`
+/// the same way: field path → position, and the path spelling.
+pub use locate::{child as field_child, item as field_item, Locations, Pos};
+pub use units::{format_duration, parse_duration};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
-    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Timeouts,
+    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Stats, Timeouts,
 };
 
 #[cfg(test)]

@@ -31,8 +31,12 @@ pub struct Global {
     pub log: Log,
     /// The master's control socket (reload, show proc): used by lb-supervisor and lbctl.
     pub control_socket: PathBuf,
-    /// The runtime socket (show stat, set server …).
+    /// The runtime socket (show stat, set server …), served by the master, mode 0600.
     pub runtime_socket: PathBuf,
+    /// The runtime commands on a TCP address as well (loopback only); `None`: not at all.
+    pub runtime_address: Option<SocketAddr>,
+    /// The stats page, `/metrics` and the CSV over HTTP; `None`: off.
+    pub stats: Option<Stats>,
     /// Reloads: old workers kept draining at most; beyond, the oldest is stopped.
     pub max_old_workers: usize,
     /// Reloads: a new worker not serving within this long is a failed reload.
@@ -42,6 +46,16 @@ pub struct Global {
     /// Reloads: a draining worker closes its idle keep-alive connections spread over this long,
     /// so that their clients do not all reconnect at once.
     pub close_spread: Duration,
+}
+
+/// `global.stats`: an HTTP listener of each worker serving the stats page (`/`), Prometheus
+/// metrics (`/metrics`) and HAProxy's CSV (`/;csv`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// A loopback or internal address: the page shows every server.
+    pub address: SocketAddr,
+    /// How often the page reloads itself.
+    pub refresh: Duration,
 }
 
 /// Where and how access logs are written (`global.log`).
@@ -267,6 +281,13 @@ impl Config {
         for bind in self.frontends.iter().flat_map(|f| &f.binds) {
             if !seen.contains(&bind.address) {
                 seen.push(bind.address.clone());
+            }
+        }
+        // The stats listener is a socket like the others: the master keeps it across reloads.
+        if let Some(stats) = &self.global.stats {
+            let address = ListenAddr::Tcp(stats.address);
+            if !seen.contains(&address) {
+                seen.push(address);
             }
         }
         seen

@@ -41,6 +41,10 @@ pub(crate) struct RawGlobal {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) runtime_socket: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) runtime_address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) stats: Option<RawStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_old_workers: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) worker_start_timeout: Option<String>,
@@ -65,6 +69,16 @@ pub(crate) struct RawLog {
     pub(crate) facility: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) hostname: Option<String>,
+}
+
+/// `global.stats:`: the stats page, `/metrics` and the CSV over HTTP.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of stats settings")]
+pub(crate) struct RawStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) refresh: Option<String>,
 }
 
 /// `defaults:`: values every frontend and backend starts from.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::model::{Backend, CheckKind, Config, ErrorPages, Frontend, Global, HealthCheck, Server, Timeouts};
 use crate::raw::{
     RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawRule, RawServer,
-    RawTimeouts, StatusKey,
+    RawStats, RawTimeouts, StatusKey,
 };
 use crate::units::{format_duration, format_size};
 
@@ -49,6 +49,11 @@ fn global(g: &Global) -> RawGlobal {
         group: g.group.clone(),
         control_socket: Some(path(&g.control_socket)),
         runtime_socket: Some(path(&g.runtime_socket)),
+        runtime_address: g.runtime_address.map(|a| a.to_string()),
+        stats: g
+            .stats
+            .as_ref()
+            .map(|s| RawStats { address: Some(s.address.to_string()), refresh: duration(s.refresh) }),
         max_old_workers: Some(count(g.max_old_workers)),
         worker_start_timeout: duration(g.worker_start_timeout),
         hard_stop_after: g.hard_stop_after.and_then(duration),

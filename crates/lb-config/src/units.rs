@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// Parses `<integer><unit>` with unit `ms`, `s`, `m` or `h`; a bare integer is milliseconds,
 /// as in HAProxy. The range (1ms..=24h) is checked by the caller, which knows the field.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
@@ -36,7 +36,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 /// The shortest exact spelling in the largest unit that divides the duration. Durations are
 /// kept to the millisecond; anything finer (only possible for hand-built values) is rounded up
 /// so that a positive timeout never renders as zero.
-pub(crate) fn format_duration(d: Duration) -> String {
+pub fn format_duration(d: Duration) -> String {
     let mut millis = d.as_millis();
     if d.as_nanos() % 1_000_000 != 0 {
         millis += 1;

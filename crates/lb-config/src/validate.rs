@@ -53,6 +53,9 @@ pub(crate) fn validate(
         .map(|(i, f)| frontend::frontend(&mut ctx, &item("frontends", i), f, &defaults))
         .collect();
     links::check(&mut ctx, raw_frontends, &frontends, &backends);
+    if let Some(stats) = &global.stats {
+        links::stats_not_bound(&mut ctx, stats.address, &frontends);
+    }
 
     if ctx.diagnostics.is_empty() {
         let frontends = frontends.into_iter().map(|c| c.frontend).collect();

@@ -6,6 +6,11 @@
 //! runtime API), and the slowstart ramp that follows a server coming back. Everything here is
 //! shared by every connection task, so it is made of atomics and a few short-held mutexes.
 //!
+//! The server list of a backend changes at run time (`add server`, `del server`): it is an
+//! immutable list behind a lock held only to clone its `Arc`, so a pick never waits on a change
+//! and a change never waits on traffic. Each server has an id (`index`) unique in its backend
+//! for the life of the process, never reused, and the list is kept in increasing id order.
+//!
 //! A connection to a server is accounted by a [`ServerLease`], handed out by
 //! [`BackendState::pick`] and released on drop, so a count can never leak on an error path.
 //! Picking and counting happen together: a server at its `max_connections` is never over-filled
@@ -19,13 +24,14 @@ pub(crate) mod tests;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use tokio::sync::Notify;
 
 use lb_config::Balance;
 
+use crate::counters::Counters;
 use balance::SmoothRoundRobin;
 pub(crate) use server::ServerState;
 
@@ -59,9 +65,13 @@ impl Backends {
 /// One backend at run time: its config, its servers and the balancer's state.
 pub(crate) struct BackendState {
     config: lb_config::Backend,
-    servers: Vec<Arc<ServerState>>,
+    /// In increasing id order (config order, then servers added at run time).
+    servers: RwLock<Arc<Vec<Arc<ServerState>>>>,
+    /// The id of the next server added at run time.
+    next_id: AtomicUsize,
     /// Connections held through leases on all servers (HAProxy's `beconn`).
     conns: AtomicUsize,
+    pub(crate) counters: Counters,
     /// The server last chosen by leastconn: ties are broken starting after it.
     last_pick: AtomicUsize,
     /// Smooth weighted round robin's per-server current weights.
@@ -87,7 +97,7 @@ impl fmt::Debug for BackendState {
             .field("name", &self.config.name)
             .field("balance", &self.config.balance)
             .field("conns", &self.conns)
-            .field("servers", &self.servers)
+            .field("servers", &self.servers())
             .finish_non_exhaustive()
     }
 }
@@ -99,8 +109,10 @@ impl BackendState {
         let round_robin = SmoothRoundRobin::new(servers.len());
         BackendState {
             config,
-            servers,
+            next_id: AtomicUsize::new(servers.len()),
+            servers: RwLock::new(Arc::new(servers)),
             conns: AtomicUsize::new(0),
+            counters: Counters::default(),
             last_pick: AtomicUsize::new(usize::MAX),
             round_robin,
             queued: AtomicUsize::new(0),
@@ -116,8 +128,54 @@ impl BackendState {
         &self.config
     }
 
-    pub(crate) fn servers(&self) -> &[Arc<ServerState>] {
-        &self.servers
+    /// The servers now (a change made after this call is not seen in the returned list).
+    pub(crate) fn servers(&self) -> Arc<Vec<Arc<ServerState>>> {
+        self.servers.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The server named `name`.
+    pub(crate) fn server(&self, name: &str) -> Option<Arc<ServerState>> {
+        self.servers().iter().find(|s| s.name() == name).cloned()
+    }
+
+    /// Add a server at the end of the list (`add server`); refused when the name is taken.
+    pub(crate) fn add_server(&self, config: lb_config::Server) -> Result<Arc<ServerState>, String> {
+        let mut list = self.servers.write().unwrap_or_else(PoisonError::into_inner);
+        if list.iter().any(|s| s.name() == config.name) {
+            return Err("Already exists a server with the same name in backend.".into());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let server = Arc::new(ServerState::new(id, config));
+        if server.config().check {
+            server.assume_down();
+        }
+        let mut next = Vec::with_capacity(list.len() + 1);
+        next.extend(list.iter().cloned());
+        next.push(server.clone());
+        *list = Arc::new(next);
+        Ok(server)
+    }
+
+    /// Remove a server (`del server`): only in maintenance or drain, and only once it holds no
+    /// connection, so that no request is cut. Its health checks stop.
+    pub(crate) fn remove_server(&self, name: &str) -> Result<Arc<ServerState>, String> {
+        let mut list = self.servers.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(server) = list.iter().find(|s| s.name() == name).cloned() else {
+            return Err("No such server.".into());
+        };
+        if server.admin_state() == lb_config::AdminState::Ready {
+            return Err("Only servers in maintenance or drain mode can be deleted (set server B/S state maint).".into());
+        }
+        let conns = server.current_conns();
+        if conns > 0 {
+            return Err(format!(
+                "Server still has {conns} connections attached to it, cannot remove it (wait for the drain to end)."
+            ));
+        }
+        *list = Arc::new(list.iter().filter(|s| !Arc::ptr_eq(s, &server)).cloned().collect());
+        drop(list);
+        server.mark_removed();
+        Ok(server)
     }
 
     /// Choose a server for a new server connection, per the balance algorithm, skipping servers
@@ -130,9 +188,9 @@ impl BackendState {
 
     /// [`pick`](Self::pick) with the clock given (slowstart depends on it).
     pub(crate) fn pick_at(self: &Arc<Self>, avoid: &[usize], now: Instant) -> Option<ServerLease> {
-        // (index, effective weight) of every server that could take one more connection now.
-        let mut candidates: Vec<(usize, u32)> = self
-            .servers
+        let servers = self.servers();
+        // (id, effective weight) of every server that could take one more connection now.
+        let mut candidates: Vec<(usize, u32)> = servers
             .iter()
             .filter(|s| s.has_room())
             .filter_map(|s| s.usable_weight(now).map(|w| (s.index(), w)))
@@ -142,19 +200,21 @@ impl BackendState {
         }
         // A chosen server can lose its last slot to a racing task: drop it and choose again.
         while !candidates.is_empty() {
+            let by_id = |id: usize| servers.binary_search_by_key(&id, |s| s.index()).ok().and_then(|i| servers.get(i));
             let chosen = match self.config.balance {
                 Balance::LeastConn => {
                     let after = self.last_pick.load(Ordering::Relaxed);
-                    balance::least_conn(&candidates, after, |i| {
-                        self.servers.get(i).map_or(usize::MAX, |s| s.current_conns())
-                    })
+                    balance::least_conn(&candidates, after, |i| by_id(i).map_or(usize::MAX, |s| s.current_conns()))
                 }
                 Balance::RoundRobin => self.round_robin.next(&candidates),
             }?;
-            let server = self.servers.get(chosen)?;
+            let server = by_id(chosen)?;
             if server.try_acquire() {
                 self.last_pick.store(chosen, Ordering::Relaxed);
-                self.conns.fetch_add(1, Ordering::AcqRel);
+                let conns = self.conns.fetch_add(1, Ordering::AcqRel) + 1;
+                let now = crate::counters::unix_now();
+                self.counters.session(now, conns);
+                server.counters.session(now, server.current_conns());
                 return Some(ServerLease { backend: Arc::clone(self), server: Arc::clone(server) });
             }
             candidates.retain(|&(i, _)| i != chosen);
@@ -205,13 +265,13 @@ impl BackendState {
     /// (whether it has room under its max_connections is not considered).
     pub(crate) fn has_usable_server(&self) -> bool {
         let now = Instant::now();
-        self.servers.iter().any(|s| s.usable_weight(now).is_some())
+        self.servers().iter().any(|s| s.usable_weight(now).is_some())
     }
 
     /// Servers health-up and not in maintenance (drain included): HAProxy's "active servers" of
     /// its UP/DOWN log lines.
     pub(crate) fn active_servers(&self) -> usize {
-        self.servers.iter().filter(|s| s.accepts_existing()).count()
+        self.servers().iter().filter(|s| s.accepts_existing()).count()
     }
 }
 

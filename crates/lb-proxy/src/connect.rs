@@ -3,6 +3,7 @@
 //! `option redispatch`), else on the same one. Shared by HTTP and TCP mode.
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,12 +60,18 @@ pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> R
             }
             Err((timed_out, error)) => {
                 server.observe_connect(false);
+                server.counters.connect_errors.fetch_add(1, Ordering::Relaxed);
+                backend.counters.connect_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(backend = backend.name(), server = server.name(), "connect failed: {error}");
                 if *retries >= config.retries {
                     return Err(ConnectFailure::Failed { server, timed_out, error });
                 }
                 *retries += 1;
+                server.counters.retries.fetch_add(1, Ordering::Relaxed);
+                backend.counters.retries.fetch_add(1, Ordering::Relaxed);
                 if config.redispatch {
+                    server.counters.redispatches.fetch_add(1, Ordering::Relaxed);
+                    backend.counters.redispatches.fetch_add(1, Ordering::Relaxed);
                     avoid.push(server.index());
                     drop(lease);
                     lease = match backend.pick(&avoid) {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lb_config::Config;
-use lb_supervisor::{Daemon, Listeners, Plan, Serving, Settings, Shutdown};
+use lb_supervisor::{Daemon, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, Serving, Settings, Shutdown};
 
 /// The lb-proxy daemon, for [`lb_supervisor::main`].
 #[derive(Debug)]
@@ -37,8 +37,22 @@ impl Daemon for ProxyDaemon {
     }
 
     async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
-        let server = crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?;
+        Self::start_supervised(config, listeners, shutdown, MasterLink::detached()).await.map(|(serving, _)| serving)
+    }
+
+    fn runtime_endpoints(config: &Config) -> RuntimeEndpoints {
+        RuntimeEndpoints { socket: Some(config.global.runtime_socket.clone()), tcp: config.global.runtime_address }
+    }
+
+    async fn start_supervised(
+        config: Arc<Config>,
+        listeners: Listeners,
+        shutdown: Shutdown,
+        master: MasterLink,
+    ) -> Result<(Serving, Option<Arc<dyn Runtime>>), String> {
+        let server = crate::start_supervised(listeners, shutdown, config, master).await.map_err(|e| e.to_string())?;
         let connections = server.connections_counter();
-        Ok(Serving { connections: Box::new(connections), done: Box::pin(server.wait()) })
+        let runtime = server.runtime();
+        Ok((Serving { connections: Box::new(connections), done: Box::pin(server.wait()) }, Some(runtime)))
     }
 }

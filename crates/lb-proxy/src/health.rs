@@ -126,6 +126,17 @@ pub(crate) fn spawn_health_checks(backends: &Backends, shutdown: Shutdown) {
     }
 }
 
+/// Start checking a server added at run time (`add server … check`): at once, then every
+/// `interval`, until it is deleted or the worker drains.
+pub(crate) fn spawn_health_check(backend: &Arc<BackendState>, server: &Arc<ServerState>, shutdown: Shutdown) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(check_loop(Arc::clone(backend), Arc::clone(server), shutdown));
+        }
+        Err(_) => tracing::error!(server = server.name(), "health check not started: not within a tokio runtime"),
+    }
+}
+
 /// HAProxy's rise/fall counting for one server.
 #[derive(Debug)]
 struct Counter {
@@ -189,9 +200,13 @@ async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut sh
     let interval = settings.interval.max(MIN_INTERVAL);
     let mut counter = Counter::new(settings.rise, settings.fall);
     let fast = (interval / counter.fall).max(MIN_GAP).min(interval);
-    let mut delay = random_below(interval);
+    // A server added at run time starts DOWN: check it at once rather than after a while.
+    let mut delay = if server.is_up() { random_below(interval) } else { Duration::ZERO };
     let mut last_start: Option<Instant> = None;
     loop {
+        if server.is_removed() {
+            return;
+        }
         if server.admin_state() == AdminState::Maint {
             // Not checked in maintenance: wait to be told it left (or to stop).
             tokio::select! {
@@ -216,7 +231,7 @@ async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut sh
                     () = tokio::time::sleep_until(gap_end.into()) => {}
                 }
             }
-            if server.admin_state() == AdminState::Maint {
+            if server.admin_state() == AdminState::Maint || server.is_removed() {
                 continue;
             }
         }

@@ -21,10 +21,14 @@
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
 //! - `proxy_protocol`, `facts`: PROXY v1/v2 headers and what they tell about a connection.
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
+//! - `runtime`: the runtime commands (HAProxy's CLI: `show stat`, `set server`, `add server` …).
+//! - `counters`, `stats`: traffic counters; `show stat`'s CSV, `show info`, the stats page and
+//!   `/metrics` over HTTP.
 #![forbid(unsafe_code)]
 
 mod backend;
 mod connect;
+mod counters;
 mod daemon;
 mod error;
 mod facts;
@@ -33,13 +37,15 @@ mod http;
 mod listener;
 mod log;
 mod proxy_protocol;
+mod runtime;
 mod serve;
+mod stats;
 mod tcp;
 
 pub use daemon::ProxyDaemon;
 pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
-pub use serve::{run, start, Server};
+pub use serve::{run, start, start_supervised, Server};
 
 #[doc(hidden)]
 pub use proxy_protocol::fuzz_parse;

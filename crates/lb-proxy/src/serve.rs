@@ -13,13 +13,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{BackendState, Backends};
+use crate::counters::Counters;
 use crate::facts::ConnFacts;
 use crate::http::Pool;
 use crate::listener::ClientStream;
 use crate::log::Logger;
 use crate::proxy_protocol::read_proxy_header;
+use crate::runtime::ProxyRuntime;
 use crate::{health, Error, Listeners};
 use lb_supervisor::Listener;
+use lb_supervisor::MasterLink;
 use lb_supervisor::Shutdown;
 
 /// Everything the connections of one serving process share.
@@ -34,6 +37,17 @@ pub(crate) struct Proxy {
     /// Current client connections over all frontends (HAProxy's actconn).
     actconn: AtomicUsize,
     limit: Arc<Semaphore>,
+    /// The whole process: connections accepted, requests (`show info`).
+    pub(crate) counters: Counters,
+    /// Every frontend, in config order.
+    pub(crate) frontends: Vec<Arc<FrontendState>>,
+    pub(crate) max_connections: usize,
+    pub(crate) started: std::time::Instant,
+    pub(crate) started_at: std::time::SystemTime,
+    shutdown: Shutdown,
+    /// True once the counters of the previous worker were added (or there were none): stats
+    /// wait for it, so that no scrape sees counters drop at a reload.
+    counters_ready: tokio::sync::watch::Sender<bool>,
 }
 
 /// One frontend's configuration, its routes resolved, and its live counters.
@@ -45,11 +59,28 @@ pub(crate) struct FrontendState {
     /// Current connections on this frontend (HAProxy's feconn).
     feconn: AtomicUsize,
     limit: Option<Arc<Semaphore>>,
+    pub(crate) counters: Counters,
 }
 
 impl Proxy {
     pub(crate) fn actconn(&self) -> usize {
         self.actconn.load(Ordering::Relaxed)
+    }
+
+    /// This process no longer accepts (an old worker after a reload, or stopping).
+    pub(crate) fn draining(&self) -> bool {
+        self.shutdown.is_draining()
+    }
+
+    /// The predecessor's counters have been added: stats may be shown.
+    pub(crate) fn counters_ready(&self) {
+        self.counters_ready.send_replace(true);
+    }
+
+    /// Wait (at most `within`) for [`counters_ready`](Self::counters_ready).
+    pub(crate) async fn wait_counters_ready(&self, within: Duration) {
+        let mut ready = self.counters_ready.subscribe();
+        let _ = tokio::time::timeout(within, ready.wait_for(|r| *r)).await;
     }
 }
 
@@ -65,6 +96,7 @@ impl FrontendState {
             default_backend: config.default_backend.as_deref().and_then(|b| backends.get(b)).cloned(),
             feconn: AtomicUsize::new(0),
             limit: config.max_connections.map(|n| Arc::new(Semaphore::new(n))),
+            counters: Counters::default(),
         }
     }
 
@@ -121,6 +153,7 @@ impl Drop for Admission {
 #[derive(Debug)]
 pub struct Server {
     proxy: Arc<Proxy>,
+    runtime: ProxyRuntime,
     done: tokio::task::JoinHandle<()>,
 }
 
@@ -134,6 +167,17 @@ impl Server {
     pub fn connections_counter(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
         let proxy = self.proxy.clone();
         move || proxy.actconn() as u64
+    }
+
+    /// The runtime commands (`show stat`, `set server …`) and the counters across reloads,
+    /// for lb-supervisor.
+    pub fn runtime(&self) -> Arc<dyn lb_supervisor::Runtime> {
+        Arc::new(crate::runtime::Handler(self.runtime.clone()))
+    }
+
+    /// Run one runtime command, as the runtime socket would (for embedding and tests).
+    pub fn command(&self, command: &str) -> lb_supervisor::RuntimeResult {
+        self.runtime.run(command)
     }
 
     /// Resolves when the shutdown has been carried out: after a drain, once the last
@@ -156,12 +200,25 @@ pub async fn run(listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) 
 /// Once `shutdown` begins draining, the accept loops end and close their sockets, connections
 /// finish what they are doing, and the server is done when the last one has ended (or at once
 /// on a hard stop).
-pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<Server, Error> {
+pub async fn start(listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<Server, Error> {
+    start_supervised(listeners, shutdown, config, MasterLink::detached()).await
+}
+
+/// [`start`] under lb-supervisor: `master` answers `show proc` (old workers, for `/metrics`),
+/// and stats wait for the counters of the previous worker (see [`Server::runtime`]).
+pub async fn start_supervised(
+    mut listeners: Listeners,
+    shutdown: Shutdown,
+    config: Arc<Config>,
+    master: MasterLink,
+) -> Result<Server, Error> {
     let logger = Logger::new(&config.global.log).map_err(|source| Error::Log { source })?;
     let backends = Backends::new(&config);
     let mut accepts = Vec::new();
+    let mut frontends = Vec::new();
     for fe in &config.frontends {
         let state = Arc::new(FrontendState::new(fe, &backends));
+        frontends.push(state.clone());
         for bind in &fe.binds {
             let listener = listeners
                 .take(&bind.address)
@@ -171,6 +228,20 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
             accepts.push((state.clone(), bind.clone(), listener));
         }
     }
+    let stats = match &config.global.stats {
+        Some(stats) => {
+            let address = lb_config::ListenAddr::Tcp(stats.address);
+            let listener = listeners
+                .take(&address)
+                .ok_or_else(|| Error::MissingListener { frontend: "stats".into(), address: address.clone() })?;
+            let tcp = match listener {
+                Listener::Tcp(tcp) => tcp.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(tcp)),
+                Listener::Unix(_) => Err(std::io::Error::other("not a TCP socket")),
+            };
+            Some((tcp.map_err(|source| Error::Listener { address, source })?, stats.clone()))
+        }
+        None => None,
+    };
     drop(listeners);
 
     let proxy = Arc::new(Proxy {
@@ -180,8 +251,17 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
         close_spread: config.global.close_spread,
         actconn: AtomicUsize::new(0),
         limit: Arc::new(Semaphore::new(config.global.max_connections)),
+        counters: Counters::default(),
+        frontends,
+        max_connections: config.global.max_connections,
+        started: std::time::Instant::now(),
+        started_at: std::time::SystemTime::now(),
+        shutdown: shutdown.clone(),
+        // Without a master there is no predecessor to wait for.
+        counters_ready: tokio::sync::watch::Sender::new(!master.is_attached()),
     });
     health::spawn_health_checks(&proxy.backends, shutdown.clone());
+    let runtime = ProxyRuntime::new(proxy.clone(), shutdown.clone(), master);
 
     let tracker = TaskTracker::new();
     let loops: Vec<_> = accepts
@@ -190,6 +270,9 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
             tokio::spawn(accept_loop(proxy.clone(), fe, bind, listener, shutdown.clone(), tracker.clone()))
         })
         .collect();
+    if let Some((listener, settings)) = stats {
+        tokio::spawn(crate::stats::serve_http(runtime.clone(), listener, settings, shutdown.clone(), tracker.clone()));
+    }
     let mut stop = shutdown.clone();
     let done = tokio::spawn(async move {
         for accept in loops {
@@ -201,7 +284,7 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
             _ = stop.stopped() => {}
         }
     });
-    Ok(Server { proxy, done })
+    Ok(Server { proxy, runtime, done })
 }
 
 /// A listening socket registered with tokio.
@@ -262,8 +345,11 @@ async fn permits(proxy: &Proxy, fe: &FrontendState) -> Option<Permits> {
 impl Admission {
     /// Count an accepted connection; it is uncounted when the admission drops.
     fn new(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, permits: Permits) -> Self {
-        proxy.actconn.fetch_add(1, Ordering::Relaxed);
-        fe.feconn.fetch_add(1, Ordering::Relaxed);
+        let actconn = proxy.actconn.fetch_add(1, Ordering::Relaxed) + 1;
+        let feconn = fe.feconn.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = crate::counters::unix_now();
+        proxy.counters.session(now, actconn);
+        fe.counters.session(now, feconn);
         Admission { proxy: proxy.clone(), frontend: fe.clone(), _permits: permits }
     }
 }

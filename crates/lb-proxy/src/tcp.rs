@@ -81,6 +81,7 @@ pub(crate) async fn serve(
     let activity = Arc::new(Activity::new());
     let mut client = Tracked { io: client, activity: activity.clone() };
     let mut server = Tracked { io: connected.stream, activity: activity.clone() };
+    let killer = connected.lease.server().clone();
     let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
     tokio::pin!(copy);
     let outcome = loop {
@@ -93,6 +94,7 @@ pub(crate) async fn serve(
                 }
             }
             _ = shutdown.stopped() => break Err(io::Error::new(io::ErrorKind::Interrupted, "stopped")),
+            _ = killer.killed() => break Err(io::Error::new(io::ErrorKind::Interrupted, "shutdown sessions")),
         }
     };
     log.bytes = activity.to_client.load(Ordering::Relaxed);
@@ -126,6 +128,13 @@ struct Pending<'a> {
 
 impl Pending<'_> {
     fn write(&self, started: Instant) {
+        self.fe.counters.ended(self.bytes, self.termination);
+        if let Some(backend) = self.fe.default_backend() {
+            backend.counters.ended(self.bytes, self.termination);
+        }
+        if let Some(server) = &self.server {
+            server.counters.ended(self.bytes, self.termination);
+        }
         self.proxy.logger.tcp(&TcpLog {
             facts: self.facts,
             accept_date: self.accept_date,

@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use crate::runtime::{MasterLink, Runtime, RuntimeEndpoints};
 use crate::{ListenAddr, Listeners, Settings, Shutdown};
 
 /// Exit status for a usage error or a configuration that does not load at start (sysexits'
@@ -45,6 +46,26 @@ pub trait Daemon: 'static {
         listeners: Listeners,
         shutdown: Shutdown,
     ) -> impl Future<Output = Result<Serving, String>> + Send;
+
+    /// Where the master serves the runtime socket (HAProxy's CLI: `show stat`, `set server …`),
+    /// read once when the master starts. None by default.
+    fn runtime_endpoints(config: &Self::Config) -> RuntimeEndpoints {
+        let _ = config;
+        RuntimeEndpoints::default()
+    }
+
+    /// What a worker calls: [`start`](Self::start), plus the daemon's answers to runtime
+    /// commands (`None`: it has none, every command is refused). `master` lets the daemon ask
+    /// the master for `show proc`. By default: `start`, and no runtime commands.
+    fn start_supervised(
+        config: Arc<Self::Config>,
+        listeners: Listeners,
+        shutdown: Shutdown,
+        master: MasterLink,
+    ) -> impl Future<Output = Result<(Serving, Option<Arc<dyn Runtime>>), String>> + Send {
+        let _ = master;
+        async move { Ok((Self::start(config, listeners, shutdown).await?, None)) }
+    }
 }
 
 /// What a configuration asks of the supervisor.

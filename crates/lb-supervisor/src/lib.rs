@@ -12,8 +12,9 @@
 //! control socket protocol ([`Request`], [`Response`]) is defined here once and spoken by lbctl
 //! and lb-watcher through [`control::call`].
 //!
-//! Main types: [`Daemon`], [`Plan`], [`Serving`], [`ListenAddr`], [`Listener`] /
-//! [`Listeners`], [`Shutdown`] / [`ShutdownHandle`], [`Request`] / [`Response`], [`Error`].
+//! Main types: [`Daemon`], [`Plan`], [`Serving`], [`Runtime`], [`RuntimeEndpoints`],
+//! [`MasterLink`], [`ListenAddr`], [`Listener`] / [`Listeners`], [`Shutdown`] /
+//! [`ShutdownHandle`], [`Request`] / [`Response`], [`Error`].
 //!
 //! # Layout
 //! - `daemon`: the [`Daemon`] trait and [`main`], the command line shared by every daemon.
@@ -23,6 +24,8 @@
 //! - `fdpass`: `SCM_RIGHTS` send and receive (the one module with `unsafe`).
 //! - `protocol`: every message, control and channel.
 //! - `control`: the control socket, both ends.
+//! - `runtime`: runtime commands: the [`Runtime`] handler a daemon provides, routing to the
+//!   current worker, the HAProxy-style runtime socket, [`MasterLink`].
 //! - `notify`: systemd's `sd_notify`.
 //! - `addr`, `listen`: listening addresses and sockets.
 //! - `privileges`: dropping to the configured user, resource limits.
@@ -40,6 +43,7 @@ mod master;
 mod notify;
 mod privileges;
 mod protocol;
+mod runtime;
 mod shutdown;
 mod worker;
 
@@ -47,5 +51,6 @@ pub use addr::ListenAddr;
 pub use daemon::{main, Daemon, Plan, Serving};
 pub use error::Error;
 pub use listen::{bind_all, bind_one, Listener, Listeners};
-pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, Settings};
+pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};
+pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};
 pub use shutdown::{channel as shutdown_channel, Phase, Shutdown, ShutdownHandle};

@@ -12,10 +12,11 @@
 
 mod detach;
 mod proc;
+mod reload;
 mod retire;
 mod spawn;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +30,7 @@ use self::spawn::{Spawned, WorkerEvent};
 use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
 use crate::notify::Notifier;
 use crate::protocol::{Request, Response, Role, Settings, ToMaster, ToWorker};
+use crate::runtime::{self, RuntimeEndpoints};
 use crate::{control, fdpass, privileges, ListenAddr, Listener};
 
 /// Sockets per message when handing them to a worker (well under SCM_MAX_FD).
@@ -42,8 +44,8 @@ const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const MAX_RESPAWN_DELAY: Duration = Duration::from_secs(8);
 
 pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
-    let plan = match D::load(&config) {
-        Ok(loaded) => D::plan(&loaded),
+    let (plan, endpoints) = match D::load(&config) {
+        Ok(loaded) => (D::plan(&loaded), D::runtime_endpoints(&loaded)),
         Err(e) => {
             say(e);
             return ExitCode::from(EXIT_USAGE);
@@ -72,7 +74,7 @@ pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
     };
     let config = std::path::absolute(&config).unwrap_or(config);
     runtime.block_on(async move {
-        match Master::start(D::NAME, D::VERSION, exe, config, plan, detached).await {
+        match Master::start(D::NAME, D::VERSION, exe, config, plan, endpoints, detached).await {
             Ok((master, events, control)) => master.run(events, control).await,
             Err(e) => {
                 tracing::error!("{e}");
@@ -98,6 +100,10 @@ struct Worker {
     kill_at: Option<Instant>,
     /// Sockets still to hand over while it starts, in batches.
     pending_batches: VecDeque<Vec<ListenAddr>>,
+    /// Runtime commands sent to it, by request id, waiting for its answer.
+    runtime_waiters: HashMap<u64, oneshot::Sender<Response>>,
+    /// Asked for its counters on behalf of this (newer) worker, which waits for them.
+    snapshot_for: Option<u64>,
 }
 
 /// The reload under way.
@@ -120,6 +126,10 @@ struct Master {
     exe: PathBuf,
     config: PathBuf,
     control_path: PathBuf,
+    /// The runtime socket's path, removed at exit.
+    runtime_path: Option<PathBuf>,
+    /// Ids of requests relayed to workers (runtime commands).
+    next_request_id: u64,
     sockets: BTreeMap<ListenAddr, Listener>,
     /// The addresses the current worker serves on.
     current_listening: Vec<ListenAddr>,
@@ -134,6 +144,9 @@ struct Master {
     reload: Option<Reload>,
     queued: Vec<oneshot::Sender<Response>>,
     queued_reload: bool,
+    /// Runtime commands that came while no worker served yet (the first one is starting, or a
+    /// crashed one is being replaced): sent to the next current worker, or failed with it.
+    waiting_runtime: Vec<(String, oneshot::Sender<Response>)>,
     crashes: VecDeque<Instant>,
     respawn_at: Option<Instant>,
     stopping: bool,
@@ -154,21 +167,38 @@ impl Master {
         exe: PathBuf,
         config: PathBuf,
         plan: Plan,
+        endpoints: RuntimeEndpoints,
         detached: Option<detach::ReadyPipe>,
     ) -> Result<(Master, Events, ControlRequests), crate::Error> {
         let sockets: BTreeMap<ListenAddr, Listener> = crate::bind_all(&plan.listen)?.into_iter().collect();
         let control = control::bind(&plan.control_socket)?;
+        let runtime_unix = endpoints.socket.as_deref().map(control::bind).transpose()?;
+        let runtime_tcp = match endpoints.tcp {
+            Some(address) => Some(
+                runtime::bind_tcp(address)
+                    .map_err(|source| crate::Error::Bind { address: ListenAddr::Tcp(address), source })?,
+            ),
+            None => None,
+        };
         let (control_tx, control_rx) = mpsc::unbounded_channel();
-        tokio::spawn(control::serve(control, move |request| {
+        let forward: runtime::Forward = std::sync::Arc::new(move |request| {
             let control_tx = control_tx.clone();
-            async move {
+            Box::pin(async move {
                 let (reply, answer) = oneshot::channel();
                 if control_tx.send((request, reply)).is_err() {
                     return Response::Error { message: "the master is stopping".into() };
                 }
                 answer.await.unwrap_or(Response::Error { message: "the master is stopping".into() })
-            }
-        }));
+            })
+        });
+        let control_forward = forward.clone();
+        tokio::spawn(control::serve(control, move |request| control_forward(request)));
+        if let Some(listener) = runtime_unix {
+            tokio::spawn(runtime::serve_unix(listener, forward.clone()));
+        }
+        if let Some(listener) = runtime_tcp {
+            tokio::spawn(runtime::serve_tcp(listener, forward));
+        }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let master = Master {
             name,
@@ -176,6 +206,8 @@ impl Master {
             exe,
             config,
             control_path: plan.control_socket,
+            runtime_path: endpoints.socket,
+            next_request_id: 1,
             sockets,
             current_listening: Vec::new(),
             workers: BTreeMap::new(),
@@ -189,6 +221,7 @@ impl Master {
             reload: None,
             queued: Vec::new(),
             queued_reload: false,
+            waiting_runtime: Vec::new(),
             crashes: VecDeque::new(),
             respawn_at: None,
             stopping: false,
@@ -231,6 +264,9 @@ impl Master {
 
     fn cleanup(&mut self) {
         let _ = std::fs::remove_file(&self.control_path);
+        if let Some(path) = &self.runtime_path {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// A reload asked by a signal (no waiter) or the control socket.
@@ -291,6 +327,8 @@ impl Master {
                 hard_stop_at: None,
                 kill_at: None,
                 pending_batches: batches,
+                runtime_waiters: HashMap::new(),
+                snapshot_for: None,
             },
         );
         self.reload = Some(Reload {
@@ -335,6 +373,18 @@ impl Master {
                     let _ = waiter.send(connections);
                 }
             }
+            WorkerEvent::Message(ToMaster::Runtime { id, results }) => {
+                if let Some(waiter) = self.workers.get_mut(&generation).and_then(|w| w.runtime_waiters.remove(&id)) {
+                    let _ = waiter.send(runtime::response(results));
+                }
+            }
+            WorkerEvent::Message(ToMaster::Snapshot { snapshot }) => self.hand_snapshot(generation, snapshot).await,
+            WorkerEvent::Message(ToMaster::ShowProc { id }) => self.proc_for_worker(generation, id).await,
+            WorkerEvent::Message(ToMaster::LateCounts { counts }) => {
+                if let Some(current) = self.current.filter(|&c| c != generation).and_then(|c| self.workers.get(&c)) {
+                    let _ = current.proc.tx.send(&ToWorker::AddCounts { counts }, &[]).await;
+                }
+            }
             WorkerEvent::ChannelClosed => {}
             WorkerEvent::Exited(status) => self.exited(generation, status).await,
         }
@@ -358,89 +408,6 @@ impl Master {
         }
         let fds: Vec<_> = self.sockets.get(&address).map(|l| l.as_fd()).into_iter().collect();
         let _ = worker.proc.tx.send(&ToWorker::Bound { address }, &fds).await;
-    }
-
-    async fn ready(&mut self, generation: u64, version: String, listening: Vec<ListenAddr>, settings: Settings) {
-        let Some(reload) = self.reload.take_if(|r| r.generation == generation) else {
-            tracing::warn!(generation, "unexpected READY");
-            return;
-        };
-        let now = Instant::now();
-        let initial = self.current.is_none() && self.reloads == 0 && generation == 1;
-        if let Some(worker) = self.workers.get_mut(&generation) {
-            worker.role = Role::Current;
-            worker.version = version;
-        }
-        let previous = self.current.replace(generation);
-        self.settings = settings;
-        if let Some(old) = previous.and_then(|g| self.workers.get_mut(&g)) {
-            old.role = Role::Old;
-            old.hard_stop_at = self.settings.hard_stop_after_ms.map(|ms| now + Duration::from_millis(ms));
-            let _ = old.proc.tx.send(&ToWorker::SoftStop, &[]).await;
-        }
-        // Exactly the sockets the new worker uses stay open here; the others close once the
-        // old workers (which hold their own copies) are gone.
-        self.sockets.retain(|address, _| listening.contains(address));
-        self.current_listening = listening;
-        if !initial {
-            self.reloads += 1;
-        }
-        if let Some(worker) = self.workers.get_mut(&generation) {
-            worker.reloads_at_start = self.reloads;
-        }
-        self.enforce_max_old_workers(now);
-        let pid = self.workers.get(&generation).map_or(0, |w| w.proc.pid);
-        let took_ms = now.duration_since(reload.started).as_millis() as u64;
-        tracing::info!(pid, generation, took_ms, "{} worker ready", self.name);
-        self.notifier.ready(&format!("serving: worker {pid} generation {generation}"));
-        if let Some(pipe) = self.detached.take() {
-            pipe.ready();
-        }
-        for waiter in reload.waiters {
-            let _ = waiter.send(Response::Reloaded { pid, generation, took_ms });
-        }
-        self.crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
-        self.next_queued().await;
-    }
-
-    async fn fail_reload(&mut self, error: String) {
-        let Some(mut reload) = self.reload.take() else { return };
-        reload.failed = true;
-        tracing::error!(generation = reload.generation, "reload failed: {error}");
-        if let Some(worker) = self.workers.get_mut(&reload.generation) {
-            // It exits by itself after reporting; make sure of it.
-            worker.kill_at.get_or_insert(Instant::now() + KILL_GRACE);
-            worker.role = Role::Old;
-        }
-        // Sockets bound for the failed worker go; while nothing serves, everything stays.
-        if self.current.is_some() {
-            let keep = &self.current_listening;
-            self.sockets.retain(|address, _| keep.contains(address));
-        }
-        if self.current.is_none() {
-            // The very first worker (or a respawn) failed: nothing serves.
-            if let Some(pipe) = self.detached.take() {
-                pipe.failed(&error);
-            }
-            if self.reloads == 0 && reload.generation == 1 {
-                self.exit = Some(ExitCode::FAILURE);
-            } else {
-                self.schedule_respawn();
-            }
-        }
-        self.notifier.ready(&format!("reload failed: {}", error.lines().next().unwrap_or("")));
-        for waiter in reload.waiters {
-            let _ = waiter.send(Response::ReloadFailed { error: error.clone() });
-        }
-        self.next_queued().await;
-    }
-
-    async fn next_queued(&mut self) {
-        if self.queued_reload && !self.stopping {
-            self.queued_reload = false;
-            let waiters = std::mem::take(&mut self.queued);
-            self.start_reload(waiters).await;
-        }
     }
 }
 

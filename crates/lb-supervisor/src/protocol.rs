@@ -109,6 +109,28 @@ pub(crate) enum ToWorker {
     HardStop,
     /// Report [`ToMaster::Status`].
     Status,
+    /// A runtime command line for the daemon's runtime handler; answered with
+    /// [`ToMaster::Runtime`] carrying the same `id`.
+    Runtime {
+        id: u64,
+        line: String,
+    },
+    /// Send [`ToMaster::Snapshot`]: the daemon's counters, for the worker that replaces it.
+    Snapshot,
+    /// The counters of the worker this one replaced (`None`: there was none, or it could not
+    /// tell), to count on from. Every worker gets exactly one, soon after its READY.
+    Inherit {
+        snapshot: Option<String>,
+    },
+    /// The answer to [`ToMaster::ShowProc`].
+    Proc {
+        id: u64,
+        table: ProcTable,
+    },
+    /// A predecessor's [`ToMaster::LateCounts`], to add.
+    AddCounts {
+        counts: String,
+    },
 }
 
 /// Worker → master.
@@ -136,6 +158,34 @@ pub(crate) enum ToMaster {
     Status {
         connections: u64,
     },
+    /// The answer to [`ToWorker::Runtime`]: one result per command of the line.
+    Runtime {
+        id: u64,
+        results: Vec<RuntimeResult>,
+    },
+    /// The answer to [`ToWorker::Snapshot`] (`None`: the daemon keeps no counters).
+    Snapshot {
+        snapshot: Option<String>,
+    },
+    /// The daemon wants `show proc` (old workers and their connections, for its metrics).
+    ShowProc {
+        id: u64,
+    },
+    /// Sent by a drained old worker just before it exits: what it counted after its
+    /// [`ToMaster::Snapshot`], for the current worker.
+    LateCounts {
+        counts: String,
+    },
+}
+
+/// One runtime command's answer, as the daemon's handler gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeResult {
+    /// The command was carried out (or, for `show …`, answered). A refused or malformed
+    /// command changed nothing.
+    pub ok: bool,
+    /// What it printed, without the empty line that ends an answer on the runtime socket.
+    pub output: String,
 }
 
 /// What the master takes from a worker's configuration at each reload.

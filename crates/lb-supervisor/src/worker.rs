@@ -17,6 +17,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::channel::{Channel, ChannelReceiver, ChannelSender};
 use crate::daemon::{say, Daemon, EXIT_USAGE};
 use crate::protocol::{ToMaster, ToWorker};
+use crate::runtime::{self, MasterLink};
 use crate::{fdpass, privileges, shutdown, ListenAddr, Listener, Listeners};
 
 /// The environment variable naming the worker's end of its channel to the master.
@@ -97,7 +98,8 @@ async fn serve<D: Daemon>(
     privileges::drop_privileges(plan.user.as_deref(), plan.group.as_deref()).map_err(|e| e.to_string())?;
 
     let (handle, shutdown) = shutdown::channel();
-    let serving = D::start(Arc::new(config), listeners, shutdown).await?;
+    let link = MasterLink::new(tx.clone());
+    let (serving, runtime) = D::start_supervised(Arc::new(config), listeners, shutdown, link.clone()).await?;
     let ready = ToMaster::Ready {
         pid: std::process::id(),
         generation,
@@ -119,15 +121,57 @@ async fn serve<D: Daemon>(
         .collect::<Result<Vec<_>, _>>()?;
     let mut done = serving.done;
     let mut master_alive = true;
+    // The counters of the worker we replaced have arrived (or there were none): only then is a
+    // snapshot of ours complete, so a snapshot asked for before waits for them.
+    let mut inherited = false;
+    let mut snapshot_asked = false;
+    // A snapshot went to the master: what is counted from now on is handed over at the end.
+    let mut snapshot_sent = false;
+    let snapshot = |runtime: &Option<Arc<dyn runtime::Runtime>>| ToMaster::Snapshot {
+        snapshot: runtime.as_ref().and_then(|r| r.snapshot()),
+    };
     loop {
         tokio::select! {
-            _ = &mut done => return Ok(()),
+            _ = &mut done => {
+                if snapshot_sent && master_alive {
+                    if let Some(counts) = runtime.as_ref().and_then(|r| r.late_counts()) {
+                        let _ = tx.send(&ToMaster::LateCounts { counts }, &[]).await;
+                    }
+                }
+                return Ok(());
+            }
             _ = term.recv() => handle.stop(),
             message = rx.recv::<ToWorker>(), if master_alive => match message {
                 Ok(Some((ToWorker::SoftStop, _))) => handle.drain(),
                 Ok(Some((ToWorker::HardStop, _))) => handle.stop(),
                 Ok(Some((ToWorker::Status, _))) => {
                     let _ = tx.send(&ToMaster::Status { connections: (serving.connections)() }, &[]).await;
+                }
+                Ok(Some((ToWorker::Runtime { id, line }, _))) => {
+                    let results = runtime::run_line(runtime.as_deref(), &line);
+                    let _ = tx.send(&ToMaster::Runtime { id, results }, &[]).await;
+                }
+                Ok(Some((ToWorker::Snapshot, _))) => {
+                    if inherited {
+                        snapshot_sent = tx.send(&snapshot(&runtime), &[]).await.is_ok();
+                    } else {
+                        snapshot_asked = true;
+                    }
+                }
+                Ok(Some((ToWorker::Inherit { snapshot: base }, _))) => {
+                    if let Some(runtime) = &runtime {
+                        runtime.inherit(base.as_deref());
+                    }
+                    inherited = true;
+                    if std::mem::take(&mut snapshot_asked) {
+                        snapshot_sent = tx.send(&snapshot(&runtime), &[]).await.is_ok();
+                    }
+                }
+                Ok(Some((ToWorker::Proc { id, table }, _))) => link.deliver(id, table),
+                Ok(Some((ToWorker::AddCounts { counts }, _))) => {
+                    if let Some(runtime) = &runtime {
+                        runtime.add_late_counts(&counts);
+                    }
                 }
                 Ok(Some((other, _))) => tracing::warn!("unexpected message from the master: {other:?}"),
                 Ok(None) | Err(_) => {

@@ -20,6 +20,10 @@
 //! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
+//! - [`runtime`]: the runtime socket, and parsers for `show stat`'s CSV (HAProxy's documented
+//!   format), `show servers state` and Prometheus' text format.
+//! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`.
+//! - [`zookeeper`]: a real ZooKeeper, standalone or a three-member ensemble, for lb-watcher.
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -42,8 +46,11 @@ pub mod notify;
 pub mod procfs;
 mod proxy;
 pub mod raw;
+pub mod runtime;
 mod server;
 mod tcp;
+mod watcher;
+pub mod zookeeper;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -56,6 +63,7 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
+pub use watcher::WatcherProcess;
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

@@ -39,6 +39,8 @@ pub struct ProxyProcess {
     tcp_ports: Vec<u16>,
     /// The master's control socket (`global.control_socket`).
     control_socket: PathBuf,
+    /// The master's runtime socket (`global.runtime_socket`).
+    runtime_socket: PathBuf,
     stdout: Lines,
     stderr: Lines,
     readers: Vec<JoinHandle<()>>,
@@ -171,6 +173,7 @@ impl ProxyProcess {
         }
 
         let control_socket = dir.path().join(&config.global.control_socket);
+        let runtime_socket = dir.path().join(&config.global.runtime_socket);
         let binary = options.binary.clone().unwrap_or_else(|| bin_path("lb-proxy"));
         let mut child = Command::new(binary)
             .arg("-f")
@@ -191,8 +194,18 @@ impl ProxyProcess {
         if let Some(err) = child.stderr.take() {
             readers.push(read_lines(err, stderr.clone(), "lb-proxy-stderr"));
         }
-        let mut proxy =
-            ProxyProcess { child, exit: None, dir, config_path, tcp_ports, control_socket, stdout, stderr, readers };
+        let mut proxy = ProxyProcess {
+            child,
+            exit: None,
+            dir,
+            config_path,
+            tcp_ports,
+            control_socket,
+            runtime_socket,
+            stdout,
+            stderr,
+            readers,
+        };
 
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -262,6 +275,11 @@ impl ProxyProcess {
     /// unless the test named one).
     pub fn control_socket(&self) -> &Path {
         &self.control_socket
+    }
+
+    /// The master's runtime socket (`global.runtime_socket`).
+    pub fn runtime_socket(&self) -> &Path {
+        &self.runtime_socket
     }
 
     /// Replaces the configuration file with `yaml` (given the same private control socket as at
@@ -553,8 +571,9 @@ fn listening_unix_paths(inodes: &HashSet<u64>) -> HashSet<PathBuf> {
         .collect()
 }
 
-/// Every test's master gets a control socket of its own in the test's directory, unless the
-/// test names one: the default path is shared by every master on the machine.
+/// Every test's master gets a control socket and a runtime socket of its own in the test's
+/// directory, unless the test names them: the default paths are shared by every master on the
+/// machine.
 fn with_private_control_socket(yaml: &str, dir: &Path) -> String {
     use serde_yaml::{Mapping, Value};
     let Ok(mut doc) = serde_yaml::from_str::<Value>(yaml) else { return yaml.to_owned() };
@@ -564,10 +583,16 @@ fn with_private_control_socket(yaml: &str, dir: &Path) -> String {
         *global = Value::Mapping(Mapping::new());
     }
     let Some(global) = global.as_mapping_mut() else { return yaml.to_owned() };
-    let key = Value::from("control_socket");
-    if global.contains_key(&key) {
+    let mut changed = false;
+    for (key, file) in [("control_socket", "master.sock"), ("runtime_socket", "runtime.sock")] {
+        let key = Value::from(key);
+        if !global.contains_key(&key) {
+            global.insert(key, Value::from(dir.join(file).to_string_lossy().into_owned()));
+            changed = true;
+        }
+    }
+    if !changed {
         return yaml.to_owned();
     }
-    global.insert(key, Value::from(dir.join("master.sock").to_string_lossy().into_owned()));
     serde_yaml::to_string(&doc).unwrap_or_else(|_| yaml.to_owned())
 }

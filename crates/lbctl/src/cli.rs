@@ -28,8 +28,12 @@ Commands:
                printed.
   show proc    The master and its workers: PID, role, generation, reloads, uptime, version,
                client connections.
-  WORDS...     Any other words are a runtime command for the current worker (show stat, set
-               server ...); its answer is printed as it is.
+  WORDS...     Any other words are a runtime command for the current worker: show stat,
+               show servers state, show info, show sess, set server B/S state ready|drain|maint,
+               set server B/S weight N, enable|disable server B/S, add server B/S ADDR:PORT
+               [check] [weight N] [slowstart T], del server B/S, shutdown sessions server B/S,
+               help. show stat and show servers state are printed as tables (--json: objects
+               by column name); other answers as they come.
 
 Options (before the command):
   -s, --socket SOCKET   The master's control socket.

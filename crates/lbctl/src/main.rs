@@ -31,13 +31,17 @@
 //! - `socket`: which control socket (`-s`, `-f`'s `global.control_socket`, `$LBCTL_SOCKET`,
 //!   the default).
 //! - `render`: the answer as text ([`render::Outcome`]), the `show proc` table.
+//! - `tables`: `show stat`, `show servers state`, `show info` as tables or JSON objects.
 //! - `exit`: the exit statuses.
+//! - `register`: `lbctl register`, a registrar-style ZooKeeper registration (lb-watcher's side).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod exit;
+mod register;
 mod render;
 mod socket;
+mod tables;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -48,6 +52,10 @@ use crate::cli::Parsed;
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
+    // `lbctl register` talks to ZooKeeper, not to a master: its own command line.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "register") {
+        return register::main(std::env::args_os().skip(2).collect());
+    }
     let cli = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,
         Ok(Parsed::Help) => return emit(&cli::help(), "", Exit::Success),
@@ -64,7 +72,11 @@ fn main() -> ExitCode {
     // No timeout: a reload answers once the new worker serves, however long that takes.
     match control::call_blocking(&socket, &cli.request, None) {
         Ok(response) => {
-            let outcome = render::response(&response, cli.json);
+            let command = match &cli.request {
+                lb_supervisor::Request::Runtime { line } => Some(line.as_str()),
+                _ => None,
+            };
+            let outcome = render::response(&response, command, cli.json);
             emit(&outcome.stdout, &outcome.stderr, outcome.exit)
         }
         Err(e) => emit("", &render::unreachable(&socket, &e), Exit::Unavailable),

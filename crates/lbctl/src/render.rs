@@ -10,6 +10,7 @@ use std::path::Path;
 use lb_supervisor::{control, ProcEntry, ProcTable, Response, Role};
 
 use crate::exit::Exit;
+use crate::tables::{self, Shape};
 
 /// What to print, where, and how to exit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,8 +31,20 @@ impl Outcome {
 }
 
 /// The master's answer, for a person or (`json`) for a program. The exit status depends only
-/// on the answer, not on how it is shown.
-pub(crate) fn response(response: &Response, json: bool) -> Outcome {
+/// on the answer, not on how it is shown. `command`: the runtime command line that was sent,
+/// whose answer may be reshaped (`show stat`, `show servers state`, `show info`).
+pub(crate) fn response(response: &Response, command: Option<&str>, json: bool) -> Outcome {
+    if let (Response::Runtime { output }, Some(shape)) = (response, command.and_then(Shape::of)) {
+        let shaped = if json {
+            tables::json(shape, output).map(|v| serde_json::to_string_pretty(&v).unwrap_or_default())
+        } else {
+            tables::human(shape, output)
+        };
+        // An answer lbctl cannot read is shown as it came rather than lost.
+        if let Ok(text) = shaped {
+            return Outcome::out(line(text));
+        }
+    }
     let exit = match response {
         Response::Reloaded { .. } | Response::Proc(_) | Response::Runtime { .. } => Exit::Success,
         Response::ReloadFailed { .. } | Response::Error { .. } => Exit::Failed,
@@ -187,18 +200,18 @@ mod tests {
     #[test]
     fn answers() {
         let reloaded = Response::Reloaded { pid: 2201, generation: 4, took_ms: 812 };
-        let out = response(&reloaded, false);
+        let out = response(&reloaded, None, false);
         assert_eq!(out, Outcome::out("reloaded: worker 2201 generation 4 serving (812 ms)\n".to_owned()));
 
         let error = "lb.yaml:3:5: frontends.web.bind: not an address\nlb.yaml:9:1: backends: empty".to_owned();
-        let out = response(&Response::ReloadFailed { error: error.clone() }, false);
+        let out = response(&Response::ReloadFailed { error: error.clone() }, None, false);
         assert_eq!(out, Outcome::failed(format!("reload failed: {error}\n")));
 
-        let out = response(&Response::Runtime { output: "a\nb\n".to_owned() }, false);
+        let out = response(&Response::Runtime { output: "a\nb\n".to_owned() }, None, false);
         assert_eq!(out, Outcome::out("a\nb\n".to_owned()));
-        assert_eq!(response(&Response::Runtime { output: String::new() }, false).stdout, "");
+        assert_eq!(response(&Response::Runtime { output: String::new() }, None, false).stdout, "");
 
-        let out = response(&Response::Error { message: "no worker".to_owned() }, false);
+        let out = response(&Response::Error { message: "no worker".to_owned() }, None, false);
         assert_eq!(out, Outcome::failed("lbctl: no worker\n".to_owned()));
     }
 
@@ -208,7 +221,7 @@ mod tests {
             (Response::Proc(sample()), Exit::Success),
             (Response::ReloadFailed { error: "bad".to_owned() }, Exit::Failed),
         ] {
-            let out = response(&answer, true);
+            let out = response(&answer, None, true);
             assert_eq!(out.exit, exit);
             assert!(out.stderr.is_empty());
             assert_eq!(serde_json::from_str::<Response>(&out.stdout)?, answer);

@@ -138,11 +138,23 @@ async fn json() -> TestResult {
 
 #[tokio::test]
 async fn runtime_commands() -> TestResult {
-    let master = FakeMaster::start(Response::Runtime { output: "# pxname,svname\napi,a1\n".to_owned() })?;
+    let csv = "# pxname,svname,status,scur,\napi,a1,UP,4,\n".to_owned();
+    let master = FakeMaster::start(Response::Runtime { output: csv })?;
     let out = lbctl(&["-s", s(&master.socket), "show", "stat"]).await?;
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(text(&out.stdout), "# pxname,svname\napi,a1\n");
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAME  SERVER  STATUS  WEIGHT  CUR"), "a table: {table}");
+    assert!(table.lines().nth(1).is_some_and(|l| l.starts_with("api   a1      UP      -       4")), "{table}");
     assert_eq!(master.requests(), vec![Request::Runtime { line: "show stat".to_owned() }]);
+    // --json: one object per row, by column name.
+    let out = lbctl(&["-s", s(&master.socket), "--json", "show", "stat"]).await?;
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(rows, serde_json::json!([{ "pxname": "api", "svname": "a1", "status": "UP", "scur": 4 }]));
+
+    // Anything else is printed as it came.
+    let master = FakeMaster::start(Response::Runtime { output: "total: 3 client connections".to_owned() })?;
+    let out = lbctl(&["-s", s(&master.socket), "show", "sess"]).await?;
+    assert_eq!(text(&out.stdout), "total: 3 client connections\n");
 
     let master = FakeMaster::start(Response::Error { message: "runtime commands are not supported yet".to_owned() })?;
     let out = lbctl(&["-s", s(&master.socket), "set", "server", "api/a1", "weight", "0"]).await?;

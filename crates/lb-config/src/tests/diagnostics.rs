@@ -283,3 +283,28 @@ fn an_empty_document_needs_a_frontend() {
     assert_eq!(error(""), "proxy.yaml:1:1: frontends: at least one frontend is required");
     assert_eq!(error("# nothing\n"), "proxy.yaml:1:1: frontends: at least one frontend is required");
 }
+
+#[test]
+fn stats_and_runtime_address_settings() {
+    let with = |global: &str| format!("global:\n{global}{MINIMAL}");
+    let ok =
+        Config::parse(&with("  stats: { address: 127.0.0.1:8404 }\n  runtime_address: 127.0.0.1:9999\n"), "p.yaml");
+    let config = ok.unwrap_or_else(|e| panic!("{e}"));
+    let stats = config.global.stats.clone().unwrap_or_else(|| panic!("stats"));
+    assert_eq!((stats.address.port(), stats.refresh.as_secs()), (8404, 5));
+    assert_eq!(config.global.runtime_address.map(|a| a.port()), Some(9999));
+    assert!(config.listen_addrs().contains(&crate::ListenAddr::Tcp(stats.address)), "the master holds it");
+
+    let cases = [
+        ("  stats: { address: 0.0.0.0:8404 }\n", "2:21: global.stats.address: must name one address (loopback or internal), not a wildcard: 0.0.0.0:8404"),
+        ("  stats: { refresh: 2s }\n", "2:3: global.stats: `address` is required (a loopback or internal IP:port)"),
+        ("  stats: { address: 127.0.0.1:8404, colour: red }\n", "colour"),
+        ("  runtime_address: 10.1.2.3:9999\n", "2:20: global.runtime_address: must be a loopback address (runtime commands change the servers), got 10.1.2.3:9999"),
+        ("  stats: { address: 127.0.0.1:8080 }\n", "global.stats.address: `127.0.0.1:8080` is also bound by frontend `web`"),
+    ];
+    for (global, message) in cases {
+        let text = with(global);
+        let got = errors(&text).join("\n");
+        assert!(got.contains(message), "{global}: {got}");
+    }
+}

@@ -128,7 +128,11 @@ fn the_rich_config_resolves_every_key() {
     let pool = config.backend("tcp_pool").expect("tcp_pool");
     assert_eq!(pool.mode, Mode::Tcp);
     assert_eq!(pool.health_check.interval, Duration::from_millis(250));
-    assert_eq!(config.listen_addrs().len(), 5);
+    // The frontends' five addresses and the stats listener.
+    assert_eq!(config.listen_addrs().len(), 6);
+    let stats = config.global.stats.clone().expect("stats");
+    assert_eq!((stats.address, stats.refresh), (addr("127.0.0.1:8404"), secs(3)));
+    assert_eq!(config.global.runtime_address, Some(addr("127.0.0.1:9999")));
 }
 
 #[test]

@@ -1,15 +1,17 @@
 //! `global:` and `global.log:`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::Ctx;
-use crate::address::{parse_log_target, resolve};
+use crate::address::{parse_log_target, parse_socket_addr, resolve};
 use crate::defaults::{
-    CLOSE_SPREAD, CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, MAX_OLD_WORKERS, RUNTIME_SOCKET, WORKER_START_TIMEOUT,
+    CLOSE_SPREAD, CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, MAX_OLD_WORKERS, RUNTIME_SOCKET, STATS_REFRESH,
+    WORKER_START_TIMEOUT,
 };
 use crate::locate::child;
-use crate::model::{Facility, Global, Log, LogFormat, LogTarget};
-use crate::raw::{RawGlobal, RawLog};
+use crate::model::{Facility, Global, Log, LogFormat, LogTarget, Stats};
+use crate::raw::{RawGlobal, RawLog, RawStats};
 
 /// RFC 5424 limits APP-NAME (the tag) to 48 printable characters.
 const MAX_TAG_LEN: usize = 48;
@@ -30,6 +32,19 @@ pub(super) fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Global {
             .unwrap_or_else(|| PathBuf::from(CONTROL_SOCKET)),
         runtime_socket: socket(ctx, path, "runtime_socket", raw.runtime_socket.as_ref())
             .unwrap_or_else(|| PathBuf::from(RUNTIME_SOCKET)),
+        runtime_address: raw.runtime_address.as_ref().and_then(|text| {
+            let field = child(path, "runtime_address");
+            let address = parsed(ctx, &field, text)?;
+            if !address.ip().is_loopback() {
+                ctx.error(
+                    &field,
+                    format!("must be a loopback address (runtime commands change the servers), got {address}"),
+                );
+                return None;
+            }
+            Some(address)
+        }),
+        stats: stats(ctx, &child(path, "stats"), raw.stats.as_ref()),
         max_old_workers: ctx
             .int(path, "max_old_workers", raw.max_old_workers, 0..=1000)
             .and_then(|n| usize::try_from(n).ok())
@@ -40,6 +55,35 @@ pub(super) fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Global {
         hard_stop_after: ctx.duration(path, "hard_stop_after", raw.hard_stop_after.as_ref()),
         close_spread: ctx.duration(path, "close_spread", raw.close_spread.as_ref()).unwrap_or(CLOSE_SPREAD),
     }
+}
+
+/// An `IP:port` to listen on, reported at `field` when it is not one.
+fn parsed(ctx: &mut Ctx<'_>, field: &str, text: &str) -> Option<SocketAddr> {
+    match parse_socket_addr(text, false) {
+        Ok(address) => Some(address),
+        Err(message) => {
+            ctx.error(field, message);
+            None
+        }
+    }
+}
+
+/// `global.stats`: off unless present; an explicit address (never a wildcard: the page
+/// shows every server, it is not for the public side).
+fn stats(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawStats>) -> Option<Stats> {
+    let raw = raw?;
+    let field = child(path, "address");
+    let Some(text) = raw.address.as_ref() else {
+        ctx.key_error(path, "`address` is required (a loopback or internal IP:port)");
+        return None;
+    };
+    let address = parsed(ctx, &field, text)?;
+    if address.ip().is_unspecified() {
+        ctx.error(&field, format!("must name one address (loopback or internal), not a wildcard: {address}"));
+        return None;
+    }
+    let refresh = ctx.duration(path, "refresh", raw.refresh.as_ref()).unwrap_or(STATS_REFRESH);
+    Some(Stats { address, refresh })
 }
 
 fn socket(ctx: &mut Ctx<'_>, parent: &str, key: &str, text: Option<&String>) -> Option<PathBuf> {

@@ -75,6 +75,17 @@ fn unique_binds(ctx: &mut Ctx<'_>, frontends: &[Checked]) {
     }
 }
 
+/// The stats listener needs an address of its own: a frontend on it would share its socket.
+pub(super) fn stats_not_bound(ctx: &mut Ctx<'_>, address: std::net::SocketAddr, frontends: &[Checked]) {
+    let stats = ListenAddr::Tcp(address);
+    for checked in frontends {
+        if checked.frontend.binds.iter().any(|b| b.address == stats) {
+            let message = format!("`{address}` is also bound by frontend `{}`", checked.frontend.name);
+            ctx.error("global.stats.address", message);
+        }
+    }
+}
+
 /// `name`, referred to from `field` by a frontend in `mode`, must be a backend in that mode.
 fn reference(ctx: &mut Ctx<'_>, field: &str, mode: Mode, name: &str, backends: &[Backend]) {
     match backends.iter().find(|b| b.name == name) {

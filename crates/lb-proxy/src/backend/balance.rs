@@ -56,6 +56,10 @@ impl SmoothRoundRobin {
     /// The next candidate (by server index); `None` when there is none with a weight.
     pub(super) fn next(&self, candidates: &[(usize, u32)]) -> Option<usize> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        // Servers added at run time have ids past the end: make room for them.
+        if let Some(top) = candidates.iter().map(|&(i, _)| i).max().filter(|&top| top >= current.len()) {
+            current.resize(top + 1, 0);
+        }
         let mut total: i64 = 0;
         let mut best: Option<(usize, i64)> = None;
         for &(i, w) in candidates {

@@ -5,13 +5,14 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use lb_config::AdminState;
 use tokio::sync::Notify;
 
+use crate::counters::Counters;
 use crate::health::CheckResult;
 
 /// Largest weight a server can have (HAProxy's and the config's limit).
@@ -34,6 +35,16 @@ pub(crate) struct ServerState {
     /// Wakes the health-check task: a failed connect to check at once, an admin state change.
     wake: Notify,
     last_check: Mutex<CheckResult>,
+    /// When its operational or admin state last changed (stats' `lastchg`).
+    last_change: Mutex<Instant>,
+    /// Health checks that failed (`chkfail`), and UP → DOWN transitions (`chkdown`).
+    failed_checks: AtomicU64,
+    downs: AtomicU64,
+    /// Deleted from its backend (`del server`): its health-check task ends.
+    removed: AtomicBool,
+    /// Wakes every task holding one of its connections, to close it (`shutdown sessions`).
+    kill: Notify,
+    pub(crate) counters: Counters,
 }
 
 impl fmt::Debug for ServerState {
@@ -85,6 +96,12 @@ impl ServerState {
             observed_failure: AtomicBool::new(false),
             wake: Notify::new(),
             last_check: Mutex::new(CheckResult::default()),
+            last_change: Mutex::new(Instant::now()),
+            failed_checks: AtomicU64::new(0),
+            downs: AtomicU64::new(0),
+            removed: AtomicBool::new(false),
+            kill: Notify::new(),
+            counters: Counters::default(),
             config,
         }
     }
@@ -122,10 +139,10 @@ impl ServerState {
 
     /// Change the admin state. Back to Ready from Drain or Maint starts the slowstart ramp;
     /// the health-check task is woken (it stops checking in Maint and checks at once after).
-    #[allow(dead_code, reason = "for the runtime API (set server state)")]
     pub(crate) fn set_admin_state(&self, s: AdminState) {
         let old = decode(self.admin.swap(encode(s), Ordering::AcqRel));
         if old != s {
+            *lock(&self.last_change) = Instant::now();
             if s == AdminState::Ready {
                 self.start_ramp(Instant::now());
             }
@@ -139,7 +156,6 @@ impl ServerState {
     }
 
     /// Set the weight (at most 256).
-    #[allow(dead_code, reason = "for the runtime API (set server weight)")]
     pub(crate) fn set_weight(&self, w: u32) {
         self.weight.store(w.min(MAX_WEIGHT), Ordering::Release);
     }
@@ -179,7 +195,6 @@ impl ServerState {
     }
 
     /// The last health check's outcome (`Init` status before the first).
-    #[allow(dead_code, reason = "for stats (show stat)")]
     pub(crate) fn last_check(&self) -> CheckResult {
         lock(&self.last_check).clone()
     }
@@ -188,7 +203,7 @@ impl ServerState {
 
     /// The effective weight when this server may take a new connection (admin Ready, health up,
     /// effective weight above 0), else `None`.
-    pub(super) fn usable_weight(&self, now: Instant) -> Option<u32> {
+    pub(crate) fn usable_weight(&self, now: Instant) -> Option<u32> {
         if self.admin_state() != AdminState::Ready || !self.is_up() {
             return None;
         }
@@ -217,9 +232,58 @@ impl ServerState {
     /// Set health after a check decided it. Coming up starts the slowstart ramp at `now`.
     pub(crate) fn set_up(&self, up: bool, now: Instant) {
         let was = self.up.swap(up, Ordering::AcqRel);
+        if up != was {
+            *lock(&self.last_change) = now;
+        }
         if up && !was {
             self.start_ramp(now);
         }
+        if was && !up {
+            self.downs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How long since its state last changed.
+    pub(crate) fn since_last_change(&self) -> std::time::Duration {
+        lock(&self.last_change).elapsed()
+    }
+
+    /// Failed health checks, and times it went DOWN.
+    pub(crate) fn check_counts(&self) -> (u64, u64) {
+        (self.failed_checks.load(Ordering::Relaxed), self.downs.load(Ordering::Relaxed))
+    }
+
+    /// Count on from a predecessor's health-check counts.
+    pub(crate) fn inherit_check_counts(&self, failed: u64, downs: u64) {
+        self.failed_checks.fetch_add(failed, Ordering::Relaxed);
+        self.downs.fetch_add(downs, Ordering::Relaxed);
+    }
+
+    /// Health DOWN until its checks say otherwise: a server added at run time with `check`
+    /// takes no traffic before it has passed them.
+    pub(super) fn assume_down(&self) {
+        self.up.store(false, Ordering::Release);
+    }
+
+    /// Taken out of its backend: its health checks end.
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
+        self.wake.notify_one();
+        self.kill.notify_waiters();
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Close every connection to this server now (`shutdown sessions server`).
+    pub(crate) fn kill_sessions(&self) {
+        self.kill.notify_waiters();
+    }
+
+    /// Resolves when this server's connections must be closed.
+    pub(crate) async fn killed(&self) {
+        self.kill.notified().await;
     }
 
     /// Take (and clear) the failure observed on traffic since the last call.
@@ -233,6 +297,9 @@ impl ServerState {
     }
 
     pub(crate) fn record_check(&self, result: CheckResult) {
+        if !result.status.passed() {
+            self.failed_checks.fetch_add(1, Ordering::Relaxed);
+        }
         *lock(&self.last_check) = result;
     }
 

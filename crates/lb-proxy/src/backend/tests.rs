@@ -336,3 +336,56 @@ fn backends_by_name_and_in_order() {
     assert_eq!(alpha.servers()[0].addr(), SocketAddr::from(([127, 0, 0, 1], 2)));
     assert!(backends.get("beta").is_none());
 }
+
+#[test]
+fn servers_added_and_removed_at_run_time() {
+    for balance in [Balance::RoundRobin, Balance::LeastConn] {
+        let be = backend(balance, &[1, 1]);
+        let added = be.add_server(server_config("s2", 8002, 2)).expect("added");
+        assert_eq!(added.index(), 2, "ids follow the configured servers");
+        assert!(be.add_server(server_config("s2", 8003, 1)).is_err(), "names are unique");
+        // Weights 1, 1, 2: the new server takes its share (round robin: exactly half; least
+        // connections with every lease released at once: the heaviest idle server wins).
+        let mut counts = [0usize; 3];
+        for _ in 0..400 {
+            let lease = be.pick(&[]).expect("a server");
+            counts[lease.server().index()] += 1;
+        }
+        let expected = if balance == Balance::RoundRobin { [100, 100, 200] } else { [0, 0, 400] };
+        assert_eq!(counts, expected, "{balance:?}");
+
+        // Removal: only in maint or drain, only without connections.
+        assert!(be.remove_server("s0").is_err(), "ready servers are not removed");
+        be.servers()[0].set_admin_state(AdminState::Drain);
+        let lease = be.pick(&[0, 2]).expect("s1");
+        assert_eq!(lease.server().name(), "s1");
+        let held = be.servers()[2].clone();
+        held.set_admin_state(AdminState::Maint);
+        let pinned = {
+            held.set_admin_state(AdminState::Ready);
+            let lease = be.pick(&[0, 1]).expect("s2");
+            held.set_admin_state(AdminState::Maint);
+            lease
+        };
+        assert!(be.remove_server("s2").expect_err("held").contains("1 connections"));
+        drop(pinned);
+        let removed = be.remove_server("s2").expect("removed once idle");
+        assert!(removed.is_removed());
+        assert!(be.server("s2").is_none());
+        assert_eq!(be.remove_server("s2").expect_err("gone"), "No such server.");
+        let again = be.add_server(server_config("s2", 8002, 1)).expect("added again");
+        assert_eq!(again.index(), 3, "ids are never reused");
+        drop(lease);
+        be.remove_server("s0").expect("a drained, idle server");
+        assert_eq!(be.servers().iter().map(|s| s.name().to_owned()).collect::<Vec<_>>(), ["s1", "s2"]);
+    }
+}
+
+#[test]
+fn a_checked_server_added_at_run_time_starts_down() {
+    let be = backend(Balance::RoundRobin, &[1]);
+    let mut config = server_config("new", 8009, 1);
+    config.check = true;
+    let added = be.add_server(config).expect("added");
+    assert!(!added.is_up(), "no traffic before its checks pass");
+}

@@ -40,6 +40,19 @@ impl Exchange {
         let ctx = &self.ctx;
         let backend = self.backend.as_deref();
         let server = self.server.as_deref();
+        // Counted where the request is logged: its status, bytes and ending are known here.
+        let now = Some(crate::counters::unix_now());
+        ctx.proxy.counters.request(now, self.status, bytes, self.termination);
+        ctx.fe.counters.request(now, self.status, bytes, self.termination);
+        if self.request_line == "<BADREQ>" {
+            ctx.fe.counters.request_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(backend) = backend {
+            backend.counters.request(None, self.status, bytes, self.termination);
+        }
+        if let Some(server) = server {
+            server.counters.request(None, self.status, bytes, self.termination);
+        }
         ctx.proxy.logger.http(&HttpLog {
             facts: &ctx.facts,
             accept_date: self.accept_date,

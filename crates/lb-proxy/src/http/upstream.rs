@@ -115,7 +115,7 @@ pub(crate) async fn acquire(
 pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Result<Upstream, ConnectFailure> {
     let connected = connect(backend, retries).await?;
     let server = connected.lease.server().clone();
-    match handshake(connected.stream).await {
+    match handshake(connected.stream, server.clone()).await {
         Ok(sender) => Ok(Upstream {
             sender,
             server,
@@ -129,14 +129,18 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
     }
 }
 
-async fn handshake(stream: TcpStream) -> Result<Sender, hyper::Error> {
+async fn handshake(stream: TcpStream, server: Arc<ServerState>) -> Result<Sender, hyper::Error> {
     // No writev: a request without a body is one buffer, sent with one send() instead of a
     // writev() of one iovec (the vectored path costs more in the kernel); a body is copied
     // into hyper's buffer (requests through a load balancer are mostly small).
     let (sender, conn) = http1::Builder::new().writev(false).handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
-        // Ends when either side closes; errors are seen by the request that hit them.
-        let _ = conn.await;
+        // Ends when either side closes, or when the server's sessions are shut down (the
+        // connection is dropped, closing it); errors are seen by the request that hit them.
+        tokio::select! {
+            _ = conn => {}
+            () = server.killed() => {}
+        }
     });
     Ok(sender)
 }

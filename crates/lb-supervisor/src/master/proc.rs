@@ -1,5 +1,6 @@
 //! Control requests: reload, `show proc` (with each worker's live connection count, which
-//! HAProxy cannot show), and runtime commands.
+//! HAProxy cannot show), and runtime commands (relayed to the current worker); the counters a
+//! new worker inherits from the one it replaces.
 
 use std::time::{Duration, Instant};
 
@@ -16,10 +17,54 @@ impl Master {
         match request {
             Request::Reload => self.request_reload(Some(reply)).await,
             Request::ShowProc => self.show_proc(reply).await,
-            Request::Runtime { .. } => {
-                let _ = reply.send(Response::Error { message: "runtime commands are not available yet".into() });
-            }
+            Request::Runtime { line } => self.runtime(line, reply).await,
         }
+    }
+
+    /// Relay a runtime command line to the current worker; its answer comes back as
+    /// `ToMaster::Runtime` with the same id.
+    pub(super) async fn runtime(&mut self, line: String, reply: oneshot::Sender<Response>) {
+        let Some(worker) = self.current.and_then(|g| self.workers.get_mut(&g)) else {
+            if (self.reload.is_some() || self.respawn_at.is_some()) && !self.stopping {
+                // A worker is on its way: answer once it serves (or failed).
+                self.waiting_runtime.push((line, reply));
+            } else {
+                let _ = reply.send(Response::Error { message: "no worker is serving".into() });
+            }
+            return;
+        };
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        if let Err(e) = worker.proc.tx.send(&ToWorker::Runtime { id, line }, &[]).await {
+            let _ = reply.send(Response::Error { message: format!("cannot reach the current worker: {e}") });
+            return;
+        }
+        worker.runtime_waiters.insert(id, reply);
+    }
+
+    /// An old worker's counters arrived: hand them to the worker that asked for them.
+    pub(super) async fn hand_snapshot(&mut self, from: u64, snapshot: Option<String>) {
+        let Some(to) = self.workers.get_mut(&from).and_then(|w| w.snapshot_for.take()) else { return };
+        self.hand_snapshot_to(to, snapshot).await;
+    }
+
+    /// Tell worker `to` what to count on from (every worker hears this once, after READY).
+    pub(super) async fn hand_snapshot_to(&mut self, to: u64, snapshot: Option<String>) {
+        if let Some(worker) = self.workers.get(&to) {
+            let _ = worker.proc.tx.send(&ToWorker::Inherit { snapshot }, &[]).await;
+        }
+    }
+
+    /// A worker asked for `show proc` (for its metrics): answer it off the loop.
+    pub(super) async fn proc_for_worker(&mut self, generation: u64, id: u64) {
+        let Some(tx) = self.workers.get(&generation).map(|w| w.proc.tx.clone()) else { return };
+        let (reply, answer) = oneshot::channel();
+        self.show_proc(reply).await;
+        tokio::spawn(async move {
+            if let Ok(Response::Proc(table)) = answer.await {
+                let _ = tx.send(&ToWorker::Proc { id, table }, &[]).await;
+            }
+        });
     }
 
     async fn show_proc(&mut self, reply: oneshot::Sender<Response>) {

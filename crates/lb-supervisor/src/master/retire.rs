@@ -13,8 +13,15 @@ use crate::protocol::{Response, Role, ToWorker};
 
 impl Master {
     pub(super) async fn exited(&mut self, generation: u64, status: std::process::ExitStatus) {
-        let Some(worker) = self.workers.remove(&generation) else { return };
+        let Some(mut worker) = self.workers.remove(&generation) else { return };
         let pid = worker.proc.pid;
+        for (_, waiter) in worker.runtime_waiters.drain() {
+            let _ = waiter.send(Response::Error { message: format!("worker {pid} exited before answering") });
+        }
+        if let Some(to) = worker.snapshot_for.take() {
+            // The new worker counts from zero rather than wait for counters that cannot come.
+            self.hand_snapshot_to(to, None).await;
+        }
         let how = describe(status);
         let starting = self.reload.as_ref().is_some_and(|r| r.generation == generation);
         if starting {
@@ -101,6 +108,9 @@ impl Master {
         self.notifier.stopping("stopping: draining workers");
         for waiter in self.queued.drain(..) {
             let _ = waiter.send(Response::ReloadFailed { error: "the master is stopping".into() });
+        }
+        for (_, reply) in self.waiting_runtime.drain(..) {
+            let _ = reply.send(Response::Error { message: "the master is stopping".into() });
         }
         let now = Instant::now();
         let hard_stop = self.settings.hard_stop_after_ms.map(|ms| now + Duration::from_millis(ms));

@@ -1,0 +1,140 @@
+//! The runtime API: HAProxy's CLI commands that lb-proxy supports, answered by the current
+//! worker (lb-supervisor routes them there from the runtime socket and from lbctl).
+//!
+//! Changes made here are operational state: they last until the next reload, which reads the
+//! configuration file again (the file is the reference). Every command either does what it
+//! says or changes nothing and answers one line saying why.
+//!
+//! Words and messages follow HAProxy 2.6 where it has the command, so that existing scripts
+//! keep working: `disable server api/a1`, `set server api/a1 state drain`, `No such server.`
+//!
+//! # Layout
+//! - this file: [`ProxyRuntime`], parsing and dispatch, `help`.
+//! - `servers`: the commands that change servers (state, weight, add, del, shutdown sessions).
+
+mod servers;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use lb_supervisor::{MasterLink, Runtime, RuntimeResult, Shutdown};
+
+use crate::counters::Snapshot;
+use crate::serve::Proxy;
+use crate::stats;
+
+/// `help`: every command, in HAProxy's layout.
+const HELP: &str = "\
+The following commands are valid at this level:
+  add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>] : add a server (in maintenance)
+  del server <bk>/<srv>                   : remove a server in maintenance or drain without connections
+  disable server <bk>/<srv>               : put a server in maintenance (same as 'set server <bk>/<srv> state maint')
+  enable server <bk>/<srv>                : take a server out of maintenance or drain (state ready)
+  get weight <bk>/<srv>                   : report a server's current and initial weight
+  help                                    : list the commands
+  set server <bk>/<srv> state <state>     : set a server's state: ready, drain or maint
+  set server <bk>/<srv> weight <w>        : set a server's weight (0 to 256)
+  set weight <bk>/<srv> <w>               : set a server's weight (0 to 256)
+  show info                               : report information about the running process
+  show servers state [<backend>]          : dump volatile server information (all or for a single backend)
+  show sess                               : report a summary of the current sessions
+  show stat                               : report counters for each proxy and server (CSV)
+  shutdown sessions server <bk>/<srv>     : close every connection to a server";
+
+/// lb-proxy's answers to runtime commands, for one worker.
+#[derive(Debug, Clone)]
+pub(crate) struct ProxyRuntime {
+    proxy: Arc<Proxy>,
+    /// For health checks of servers added at run time.
+    shutdown: Shutdown,
+    /// The master, for `show proc` (old workers, for metrics).
+    pub(crate) master: MasterLink,
+    /// The snapshot handed to the next worker, to tell what was counted after it.
+    handed: Arc<Mutex<Option<Snapshot>>>,
+}
+
+impl ProxyRuntime {
+    pub(crate) fn new(proxy: Arc<Proxy>, shutdown: Shutdown, master: MasterLink) -> Self {
+        ProxyRuntime { proxy, shutdown, master, handed: Arc::default() }
+    }
+
+    pub(crate) fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
+    /// One command (already split from its line).
+    pub(crate) fn run(&self, command: &str) -> RuntimeResult {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.as_slice() {
+            ["help", ..] => RuntimeResult::ok(HELP),
+            ["show", "stat", rest @ ..] => match rest {
+                [] => RuntimeResult::ok(stats::csv(&self.proxy)),
+                _ => RuntimeResult::refused("'show stat' takes no option here (desc, json, typed are not supported)."),
+            },
+            ["show", "info", rest @ ..] => match rest {
+                [] => RuntimeResult::ok(stats::info(&self.proxy)),
+                _ => RuntimeResult::refused("'show info' takes no option here (json, typed are not supported)."),
+            },
+            ["show", "servers", "state"] => RuntimeResult::ok(stats::servers_state(&self.proxy, None)),
+            ["show", "servers", "state", backend] => match self.proxy.backends.get(backend) {
+                Some(_) => RuntimeResult::ok(stats::servers_state(&self.proxy, Some(backend))),
+                None => RuntimeResult::refused("Can't find backend."),
+            },
+            ["show", "servers", "state", ..] => RuntimeResult::refused("Usage: show servers state [<backend>]."),
+            ["show", "sess"] => RuntimeResult::ok(stats::sessions(&self.proxy)),
+            ["show", "sess", ..] => RuntimeResult::refused("'show sess' takes no argument here (a summary only)."),
+            ["disable" | "enable" | "set" | "get" | "add" | "del" | "shutdown", ..] => servers::command(self, &words),
+            [] => RuntimeResult::refused("Empty command."),
+            _ => RuntimeResult::refused(format!("Unknown command: '{command}'. Type 'help' for the list.")),
+        }
+    }
+
+    /// Every counter, to hand to the next worker.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        stats::snapshot(&self.proxy)
+    }
+
+    pub(crate) fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+}
+
+/// lb-supervisor's handle: the commands, and the counters across reloads.
+#[derive(Debug)]
+pub(crate) struct Handler(pub(crate) ProxyRuntime);
+
+impl Runtime for Handler {
+    fn command(&self, command: &str) -> RuntimeResult {
+        self.0.run(command)
+    }
+
+    fn snapshot(&self) -> Option<String> {
+        let snapshot = self.0.snapshot();
+        let text = serde_json::to_string(&snapshot).ok();
+        *self.0.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
+        text
+    }
+
+    fn late_counts(&self) -> Option<String> {
+        let handed = self.0.handed.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+        serde_json::to_string(&self.0.snapshot().since(&handed)).ok()
+    }
+
+    fn add_late_counts(&self, counts: &str) {
+        match serde_json::from_str::<Snapshot>(counts) {
+            Ok(late) => stats::inherit(&self.0.proxy, &late),
+            Err(e) => tracing::warn!("late counts of a previous worker not understood: {e}"),
+        }
+    }
+
+    fn inherit(&self, snapshot: Option<&str>) {
+        if let Some(text) = snapshot {
+            match serde_json::from_str::<Snapshot>(text) {
+                Ok(base) => stats::inherit(&self.0.proxy, &base),
+                Err(e) => tracing::warn!("counters of the previous worker not understood, starting from 0: {e}"),
+            }
+        }
+        self.0.proxy.counters_ready();
+    }
+}

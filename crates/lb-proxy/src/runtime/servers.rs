@@ -1,0 +1,212 @@
+//! The runtime commands that change servers: admin state, weight, membership, sessions.
+//!
+//! `add server` follows HAProxy: the new server starts in maintenance, so that whoever adds it
+//! decides when it takes traffic (`enable server` or `set server … state ready`); with `check`
+//! it is also health DOWN until its checks pass. `del server` takes a server in maintenance or
+//! drain that holds no connection: drain first, wait for `scur` to reach 0, then delete.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lb_config::AdminState;
+use lb_supervisor::RuntimeResult;
+
+use super::ProxyRuntime;
+use crate::backend::{BackendState, ServerState};
+use crate::health;
+
+/// Largest weight (HAProxy's and the configuration's).
+const MAX_WEIGHT: u32 = 256;
+
+pub(super) fn command(rt: &ProxyRuntime, words: &[&str]) -> RuntimeResult {
+    match words {
+        ["disable", "server", target] => with_server(rt, target, |_, s| set_state(s, AdminState::Maint)),
+        ["enable", "server", target] => with_server(rt, target, |_, s| set_state(s, AdminState::Ready)),
+        ["disable" | "enable", "server", ..] => RuntimeResult::refused("Require 'backend/server'."),
+        ["set", "server", target, "state", state] => {
+            let Some(state) = parse_state(state) else {
+                return RuntimeResult::refused("'set server <srv> state' expects 'ready', 'drain' and 'maint'.");
+            };
+            with_server(rt, target, |_, s| set_state(s, state))
+        }
+        ["set", "server", target, "weight", weight] | ["set", "weight", target, weight] => {
+            let weight = match parse_weight(weight) {
+                Ok(w) => w,
+                Err(message) => return RuntimeResult::refused(message),
+            };
+            with_server(rt, target, |_, s| {
+                s.set_weight(weight);
+                RuntimeResult::ok("")
+            })
+        }
+        ["set", "server", _, "state"] => {
+            RuntimeResult::refused("'set server <srv> state' expects 'ready', 'drain' and 'maint'.")
+        }
+        ["set", "server", ..] => {
+            RuntimeResult::refused("usage: set server <backend>/<server> state <ready|drain|maint> | weight <0-256>")
+        }
+        ["set", "weight", ..] => RuntimeResult::refused("usage: set weight <backend>/<server> <0-256>"),
+        ["get", "weight", target] => {
+            with_server(rt, target, |_, s| RuntimeResult::ok(format!("{} (initial {})", s.weight(), s.config().weight)))
+        }
+        ["shutdown", "sessions", "server", target] => with_server(rt, target, |_, s| {
+            s.kill_sessions();
+            RuntimeResult::ok("")
+        }),
+        ["add", "server", target, rest @ ..] => add(rt, target, rest),
+        ["del", "server", target] => {
+            let Some((backend, server)) = target.split_once('/') else {
+                return RuntimeResult::refused("Require 'backend/server'.");
+            };
+            let Some(backend) = rt.proxy.backends.get(backend) else {
+                return RuntimeResult::refused("No such backend.");
+            };
+            match backend.remove_server(server) {
+                Ok(removed) => {
+                    tracing::warn!("Server {}/{} deleted (runtime).", backend.name(), removed.name());
+                    RuntimeResult::ok("Server deleted.")
+                }
+                Err(message) => RuntimeResult::refused(message),
+            }
+        }
+        _ => RuntimeResult::refused(format!("Unknown command: '{}'. Type 'help' for the list.", words.join(" "))),
+    }
+}
+
+/// Run `f` on `backend/server`, or say which part does not exist.
+fn with_server(
+    rt: &ProxyRuntime,
+    target: &str,
+    f: impl FnOnce(&Arc<BackendState>, &Arc<ServerState>) -> RuntimeResult,
+) -> RuntimeResult {
+    let Some((backend, server)) = target.split_once('/') else {
+        return RuntimeResult::refused("Require 'backend/server'.");
+    };
+    let Some(backend) = rt.proxy.backends.get(backend) else {
+        return RuntimeResult::refused("No such backend.");
+    };
+    let Some(server) = backend.server(server) else {
+        return RuntimeResult::refused("No such server.");
+    };
+    f(backend, &server)
+}
+
+fn set_state(server: &ServerState, state: AdminState) -> RuntimeResult {
+    server.set_admin_state(state);
+    RuntimeResult::ok("")
+}
+
+fn parse_state(text: &str) -> Option<AdminState> {
+    match text {
+        "ready" => Some(AdminState::Ready),
+        "drain" => Some(AdminState::Drain),
+        "maint" => Some(AdminState::Maint),
+        _ => None,
+    }
+}
+
+pub(super) fn parse_weight(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(w) if w <= MAX_WEIGHT => Ok(w),
+        Ok(_) => Err("Absolute weight can only be between 0 and 256 inclusive.".into()),
+        Err(_) => Err(format!("Weight must be a number between 0 and 256, got '{text}'.")),
+    }
+}
+
+/// `add server B/S ADDR:PORT [check] [weight N] [slowstart T]`.
+fn add(rt: &ProxyRuntime, target: &str, args: &[&str]) -> RuntimeResult {
+    let Some((backend_name, name)) = target.split_once('/') else {
+        return RuntimeResult::refused("Require 'backend/server'.");
+    };
+    let Some(backend) = rt.proxy.backends.get(backend_name) else {
+        return RuntimeResult::refused("No such backend.");
+    };
+    if let Err(message) = valid_name(name) {
+        return RuntimeResult::refused(message);
+    }
+    let config = match server_config(name, args) {
+        Ok(config) => config,
+        Err(message) => return RuntimeResult::refused(message),
+    };
+    let check = config.check;
+    match backend.add_server(config) {
+        Ok(server) => {
+            if check {
+                health::spawn_health_check(backend, &server, rt.shutdown().clone());
+            }
+            tracing::warn!("Server {}/{} added (runtime), in maintenance.", backend.name(), server.name());
+            RuntimeResult::ok("New server registered.")
+        }
+        Err(message) => RuntimeResult::refused(message),
+    }
+}
+
+/// A server name as the configuration allows it.
+pub(super) fn valid_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err("A server name must have 1 to 64 characters.".into());
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')) {
+        return Err(format!("Invalid server name '{name}' (letters, digits, '-', '_', '.', ':')."));
+    }
+    Ok(())
+}
+
+pub(super) fn server_config(name: &str, args: &[&str]) -> Result<lb_config::Server, String> {
+    let Some((address, mut rest)) = args.split_first() else {
+        return Err("'add server' expects an address: add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>]".into());
+    };
+    let address: SocketAddr = address
+        .parse()
+        .map_err(|_| format!("Invalid address '{address}': expected IP:port (no host names), e.g. 10.0.0.5:8080."))?;
+    if address.port() == 0 {
+        return Err(format!("Invalid address '{address}': port 0."));
+    }
+    let mut server = lb_config::Server {
+        name: name.to_owned(),
+        address,
+        weight: 1,
+        check: false,
+        slowstart: None,
+        max_connections: None,
+        state: AdminState::Maint,
+    };
+    while let Some((word, after)) = rest.split_first() {
+        rest = after;
+        match *word {
+            "check" => server.check = true,
+            "weight" | "slowstart" => {
+                let Some((value, after)) = rest.split_first() else {
+                    return Err(format!("'{word}' needs a value."));
+                };
+                rest = after;
+                if *word == "weight" {
+                    server.weight = parse_weight(value)?;
+                } else {
+                    server.slowstart = Some(parse_duration(value)?);
+                }
+            }
+            other => return Err(format!("Unknown keyword '{other}' (expected check, weight or slowstart).")),
+        }
+    }
+    Ok(server)
+}
+
+/// `10s`, `500ms`, `2m`, or a number of milliseconds as HAProxy takes it.
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("Invalid time '{text}' (e.g. 500ms, 10s, 2m)."))?;
+    let d = match unit {
+        "" | "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("Invalid time '{text}' (e.g. 500ms, 10s, 2m).")),
+    };
+    if d > Duration::from_secs(24 * 3600) {
+        return Err(format!("Invalid time '{text}': at most 24h."));
+    }
+    Ok(d)
+}

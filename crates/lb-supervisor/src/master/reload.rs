@@ -1,0 +1,117 @@
+//! The end of a reload: the new worker is ready (it becomes current, the previous one drains
+//! after handing over its counters), or the reload failed (nothing changed but the answer).
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::{Master, CRASH_WINDOW, KILL_GRACE};
+use crate::protocol::{Response, Role, Settings, ToWorker};
+use crate::ListenAddr;
+
+impl Master {
+    pub(super) async fn ready(
+        &mut self,
+        generation: u64,
+        version: String,
+        listening: Vec<ListenAddr>,
+        settings: Settings,
+    ) {
+        let Some(reload) = self.reload.take_if(|r| r.generation == generation) else {
+            tracing::warn!(generation, "unexpected READY");
+            return;
+        };
+        let now = Instant::now();
+        let initial = self.current.is_none() && self.reloads == 0 && generation == 1;
+        if let Some(worker) = self.workers.get_mut(&generation) {
+            worker.role = Role::Current;
+            worker.version = version;
+        }
+        let previous = self.current.replace(generation);
+        self.settings = settings;
+        if let Some(old) = previous.and_then(|g| self.workers.get_mut(&g)) {
+            old.role = Role::Old;
+            old.hard_stop_at = self.settings.hard_stop_after_ms.map(|ms| now + Duration::from_millis(ms));
+            // Its counters first, then the drain: the new worker counts on from them.
+            old.snapshot_for = Some(generation);
+            if old.proc.tx.send(&ToWorker::Snapshot, &[]).await.is_err() {
+                old.snapshot_for = None;
+            }
+            let _ = old.proc.tx.send(&ToWorker::SoftStop, &[]).await;
+        }
+        // No predecessor asked for counters: the new worker counts from zero.
+        if previous.is_none_or(|g| self.workers.get(&g).is_none_or(|w| w.snapshot_for.is_none())) {
+            self.hand_snapshot_to(generation, None).await;
+        }
+        // Exactly the sockets the new worker uses stay open here; the others close once the
+        // old workers (which hold their own copies) are gone.
+        self.sockets.retain(|address, _| listening.contains(address));
+        self.current_listening = listening;
+        if !initial {
+            self.reloads += 1;
+        }
+        if let Some(worker) = self.workers.get_mut(&generation) {
+            worker.reloads_at_start = self.reloads;
+        }
+        self.enforce_max_old_workers(now);
+        let pid = self.workers.get(&generation).map_or(0, |w| w.proc.pid);
+        let took_ms = now.duration_since(reload.started).as_millis() as u64;
+        tracing::info!(pid, generation, took_ms, "{} worker ready", self.name);
+        self.notifier.ready(&format!("serving: worker {pid} generation {generation}"));
+        if let Some(pipe) = self.detached.take() {
+            pipe.ready();
+        }
+        for waiter in reload.waiters {
+            let _ = waiter.send(Response::Reloaded { pid, generation, took_ms });
+        }
+        self.crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
+        for (line, reply) in std::mem::take(&mut self.waiting_runtime) {
+            self.runtime(line, reply).await;
+        }
+        self.next_queued().await;
+    }
+
+    pub(super) async fn fail_reload(&mut self, error: String) {
+        let Some(mut reload) = self.reload.take() else { return };
+        reload.failed = true;
+        tracing::error!(generation = reload.generation, "reload failed: {error}");
+        if let Some(worker) = self.workers.get_mut(&reload.generation) {
+            // It exits by itself after reporting; make sure of it.
+            worker.kill_at.get_or_insert(Instant::now() + KILL_GRACE);
+            worker.role = Role::Old;
+        }
+        // Sockets bound for the failed worker go; while nothing serves, everything stays.
+        if self.current.is_some() {
+            let keep = &self.current_listening;
+            self.sockets.retain(|address, _| keep.contains(address));
+        }
+        if self.current.is_none() {
+            // The very first worker (or a respawn) failed: nothing serves.
+            if let Some(pipe) = self.detached.take() {
+                pipe.failed(&error);
+            }
+            if self.reloads == 0 && reload.generation == 1 {
+                self.exit = Some(ExitCode::FAILURE);
+            } else {
+                self.schedule_respawn();
+            }
+        }
+        if self.current.is_none() {
+            for (_, reply) in self.waiting_runtime.drain(..) {
+                let _ = reply.send(Response::Error { message: format!("no worker is serving: {error}") });
+            }
+        }
+        self.notifier.ready(&format!("reload failed: {}", error.lines().next().unwrap_or("")));
+        for waiter in reload.waiters {
+            let _ = waiter.send(Response::ReloadFailed { error: error.clone() });
+        }
+        self.next_queued().await;
+    }
+
+    pub(super) async fn next_queued(&mut self) {
+        if self.queued_reload && !self.stopping {
+            self.queued_reload = false;
+            let waiters = std::mem::take(&mut self.queued);
+            self.start_reload(waiters).await;
+        }
+    }
+}

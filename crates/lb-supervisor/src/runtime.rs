@@ -1,0 +1,317 @@
+//! Runtime commands (`show stat`, `set server …`): how they reach the current worker, and the
+//! runtime socket that speaks them the way HAProxy's CLI does.
+//!
+//! A daemon answers runtime commands with a [`Runtime`] handler, which it hands over from
+//! [`Daemon::start_supervised`](crate::Daemon::start_supervised). The master routes every
+//! command to its *current* worker (so a command after a reload reaches the new one):
+//!
+//! ```text
+//! lbctl ──Request::Runtime──▶ control socket ─┐
+//! socat ──"show stat\n"─────▶ runtime socket ─┴▶ master ──ToWorker::Runtime{id}──▶ current worker
+//!                                                   ◀──ToMaster::Runtime{id, results}──
+//! ```
+//!
+//! The runtime socket is HAProxy's non-interactive CLI: one line of commands separated by `;`
+//! (a `\;` is a literal semicolon), each answer followed by an empty line, then the connection
+//! closes. So existing scripts (`echo "show stat" | socat stdio unix:…`) work unchanged.
+//!
+//! The same channel carries what a daemon needs of its neighbours: the counters of the worker it
+//! replaced ([`Runtime::snapshot`] / [`Runtime::inherit`]), and the master's `show proc`
+//! ([`MasterLink::show_proc`]) for gauges of old workers.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+
+use crate::channel::ChannelSender;
+use crate::protocol::{ProcTable, Request, Response, RuntimeResult, ToMaster};
+
+/// A command line longer than this is refused: no command comes close.
+const MAX_LINE: usize = 64 * 1024;
+/// A client that sends nothing for this long is disconnected.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A daemon's answers to runtime commands, called on its worker.
+pub trait Runtime: Send + Sync + 'static {
+    /// Carry out one command (`show stat`, `set server api/a1 state drain`), already split from
+    /// its line and trimmed. A refused or malformed command must change nothing and say why in
+    /// one line.
+    fn command(&self, command: &str) -> RuntimeResult;
+
+    /// The counters to hand to the worker that replaces this one, opaque to the supervisor.
+    fn snapshot(&self) -> Option<String> {
+        None
+    }
+
+    /// The counters of the worker this one replaced ([`snapshot`](Self::snapshot)'s output),
+    /// to count on from; `None` when there was none (the first worker, one started after a
+    /// crash) or it could not tell. Called exactly once per worker, soon after it is ready.
+    fn inherit(&self, snapshot: Option<&str>) {
+        let _ = snapshot;
+    }
+
+    /// What this worker counted since its [`snapshot`](Self::snapshot), asked once it has
+    /// drained (requests that were in flight at the reload): handed to the current worker.
+    fn late_counts(&self) -> Option<String> {
+        None
+    }
+
+    /// A draining predecessor's [`late_counts`](Self::late_counts): add them. May come at any
+    /// time, before or after [`inherit`](Self::inherit).
+    fn add_late_counts(&self, counts: &str) {
+        let _ = counts;
+    }
+}
+
+/// Where the master serves the runtime socket (see [`Daemon::runtime_endpoints`](crate::Daemon::runtime_endpoints)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeEndpoints {
+    /// A Unix socket, created with mode 0600 like the control socket.
+    pub socket: Option<PathBuf>,
+    /// A TCP address (loopback: whoever connects may change the servers).
+    pub tcp: Option<SocketAddr>,
+}
+
+impl RuntimeResult {
+    pub fn ok(output: impl Into<String>) -> Self {
+        RuntimeResult { ok: true, output: output.into() }
+    }
+
+    pub fn refused(output: impl Into<String>) -> Self {
+        RuntimeResult { ok: false, output: output.into() }
+    }
+}
+
+/// The commands of one line: split on `;` and newlines (`\;` is a literal `;`), trimmed, empty
+/// ones dropped.
+pub fn split_commands(line: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut current = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&';') => {
+                current.push(';');
+                chars.next();
+            }
+            ';' | '\n' | '\r' => commands.push(std::mem::take(&mut current)),
+            c => current.push(c),
+        }
+    }
+    commands.push(current);
+    commands.into_iter().map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect()
+}
+
+/// Run every command of `line` through `runtime` (or refuse them all when there is none).
+pub(crate) fn run_line(runtime: Option<&dyn Runtime>, line: &str) -> Vec<RuntimeResult> {
+    let commands = split_commands(line);
+    if commands.is_empty() {
+        return vec![RuntimeResult::refused("Empty command line.")];
+    }
+    commands
+        .iter()
+        .map(|command| match runtime {
+            Some(runtime) => runtime.command(command),
+            None => RuntimeResult::refused("This daemon has no runtime commands."),
+        })
+        .collect()
+}
+
+/// The answer for a control client: one command's output as is; several, each followed by an
+/// empty line as on the runtime socket. An error when any command was refused.
+pub(crate) fn response(results: Vec<RuntimeResult>) -> Response {
+    let ok = results.iter().all(|r| r.ok);
+    let output = if let [only] = results.as_slice() {
+        only.output.clone()
+    } else {
+        let mut text = String::new();
+        for result in &results {
+            text.push_str(&framed(&result.output));
+        }
+        text
+    };
+    if ok {
+        Response::Runtime { output }
+    } else {
+        Response::Error { message: output }
+    }
+}
+
+/// One answer as the runtime socket writes it: the text, its final newline, an empty line.
+fn framed(output: &str) -> String {
+    let mut text = output.to_owned();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push('\n');
+    text
+}
+
+/// What the master does with a request (its control handler).
+pub(crate) type Forward =
+    Arc<dyn Fn(Request) -> std::pin::Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
+
+/// Serve the runtime socket on a Unix listener until accepting fails for good.
+pub(crate) async fn serve_unix(listener: tokio::net::UnixListener, forward: Forward) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(client(stream, forward.clone()));
+            }
+            Err(e) => {
+                tracing::warn!("runtime socket: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Serve the runtime socket on a TCP listener.
+pub(crate) async fn serve_tcp(listener: tokio::net::TcpListener, forward: Forward) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(client(stream, forward.clone()));
+            }
+            Err(e) => {
+                tracing::warn!("runtime address: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// One client: one line of commands, their answers, then close (HAProxy's non-interactive mode).
+async fn client<S: AsyncRead + AsyncWrite + Unpin>(stream: S, forward: Forward) {
+    let (read, mut write) = tokio::io::split(stream);
+    let mut reader = BufReader::new(read).take((MAX_LINE + 1) as u64);
+    let mut line = Vec::new();
+    match tokio::time::timeout(IDLE_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::debug!("runtime socket: reading a command: {e}");
+            return;
+        }
+        Err(_) => return,
+    }
+    let answer = if line.len() > MAX_LINE {
+        framed(&format!("Command line longer than {MAX_LINE} bytes."))
+    } else {
+        let text = String::from_utf8_lossy(&line);
+        let mut answer = String::new();
+        for command in split_commands(&text) {
+            let output = match forward(Request::Runtime { line: command }).await {
+                Response::Runtime { output } => output,
+                Response::Error { message } => message,
+                other => format!("Unexpected answer: {other:?}"),
+            };
+            answer.push_str(&framed(&output));
+        }
+        answer
+    };
+    if let Err(e) = write.write_all(answer.as_bytes()).await {
+        tracing::debug!("runtime socket: writing an answer: {e}");
+    }
+    let _ = write.shutdown().await;
+}
+
+/// Bind the TCP runtime address.
+pub(crate) fn bind_tcp(address: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(address)?;
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
+}
+
+/// A worker's way to ask its master something; detached (asking gets nothing) when the daemon
+/// runs without a master (tests, `lb_proxy::run`).
+#[derive(Clone, Default)]
+pub struct MasterLink {
+    inner: Option<Arc<LinkInner>>,
+}
+
+struct LinkInner {
+    tx: ChannelSender,
+    next_id: AtomicU64,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<ProcTable>>>,
+}
+
+impl std::fmt::Debug for MasterLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterLink").field("attached", &self.inner.is_some()).finish()
+    }
+}
+
+impl MasterLink {
+    /// No master: [`show_proc`](Self::show_proc) answers `None`.
+    pub fn detached() -> Self {
+        MasterLink { inner: None }
+    }
+
+    /// Whether a master is at the other end.
+    pub fn is_attached(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    pub(crate) fn new(tx: ChannelSender) -> Self {
+        MasterLink {
+            inner: Some(Arc::new(LinkInner { tx, next_id: AtomicU64::new(1), waiting: Mutex::new(HashMap::new()) })),
+        }
+    }
+
+    /// The master's `show proc` (every worker, with its connections), or `None` without a
+    /// master or without an answer `within`.
+    pub async fn show_proc(&self, within: Duration) -> Option<ProcTable> {
+        let inner = self.inner.as_ref()?;
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        inner.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        let asked = inner.tx.send(&ToMaster::ShowProc { id }, &[]).await.is_ok();
+        let answer = if asked { tokio::time::timeout(within, rx).await.ok().and_then(Result::ok) } else { None };
+        inner.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        answer
+    }
+
+    /// The master's answer to a `show proc` this link asked.
+    pub(crate) fn deliver(&self, id: u64, table: ProcTable) {
+        let Some(inner) = &self.inner else { return };
+        if let Some(waiter) = inner.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+            let _ = waiter.send(table);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_split_like_haproxy() {
+        assert_eq!(split_commands("show stat"), ["show stat"]);
+        assert_eq!(split_commands(" show info ;show stat;; "), ["show info", "show stat"]);
+        assert_eq!(split_commands("a\nb\r\n"), ["a", "b"]);
+        assert_eq!(split_commands(r"set x a\;b;c"), ["set x a;b", "c"]);
+        assert!(split_commands(" ; \n").is_empty());
+    }
+
+    #[test]
+    fn responses() {
+        let one = response(vec![RuntimeResult::ok("x")]);
+        assert_eq!(one, Response::Runtime { output: "x".into() });
+        let refused = response(vec![RuntimeResult::refused("No such server.")]);
+        assert_eq!(refused, Response::Error { message: "No such server.".into() });
+        let two = response(vec![RuntimeResult::ok(""), RuntimeResult::ok("a\n")]);
+        assert_eq!(two, Response::Runtime { output: "\na\n\n".into() });
+        let mixed = response(vec![RuntimeResult::ok(""), RuntimeResult::refused("no")]);
+        assert_eq!(mixed, Response::Error { message: "\nno\n\n".into() });
+        assert!(!run_line(None, "  ")[0].ok);
+        assert_eq!(run_line(None, "show stat")[0].output, "This daemon has no runtime commands.");
+    }
+}

@@ -1,0 +1,136 @@
+//! [`WatcherProcess`]: the real `lb-watcher` binary on a configuration the test wrote, with
+//! its stderr captured and its `/status` endpoint read.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::{bin_path, free_port, wait_until, wait_until_blocking};
+
+type Lines = Arc<Mutex<Vec<String>>>;
+
+/// A running `lb-watcher -f FILE`; stopped (SIGTERM, then SIGKILL) on drop.
+#[derive(Debug)]
+pub struct WatcherProcess {
+    child: Child,
+    config_path: PathBuf,
+    status: SocketAddr,
+    stderr: Lines,
+}
+
+impl WatcherProcess {
+    /// Writes `yaml` plus a `status:` section on a free port to `dir/lb-watcher.yaml` and
+    /// starts lb-watcher on it; waits until `/status` answers.
+    pub async fn start(dir: &Path, yaml: &str) -> WatcherProcess {
+        let status = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let config_path = dir.join("lb-watcher.yaml");
+        std::fs::write(&config_path, format!("{yaml}\nstatus:\n  listen: {status}\n"))
+            .expect("writing lb-watcher.yaml");
+        let mut child = Command::new(bin_path("lb-watcher"))
+            .arg("-f")
+            .arg(&config_path)
+            .env("LB_LOG", std::env::var("LB_LOG").unwrap_or_else(|_| "info,zookeeper_client=warn".into()))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning lb-watcher");
+        let stderr: Lines = Arc::default();
+        if let Some(err) = child.stderr.take() {
+            let into = stderr.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines() {
+                    let Ok(line) = line else { return };
+                    into.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                }
+            });
+        }
+        let watcher = WatcherProcess { child, config_path, status, stderr };
+        let up = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(status).is_ok()).await;
+        assert!(up, "lb-watcher's status endpoint did not come up; stderr:\n{}", watcher.stderr().join("\n"));
+        watcher
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// Every stderr line so far.
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Stderr lines containing `text`.
+    pub fn stderr_count(&self, text: &str) -> usize {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|l| l.contains(text)).count()
+    }
+
+    /// `/status` as JSON.
+    pub async fn status(&self) -> serde_json::Value {
+        match crate::client::get(self.status, "/status").await {
+            Ok(response) => response.json(),
+            Err(e) => panic!("GET /status: {e:#}; stderr:\n{}", self.stderr().join("\n")),
+        }
+    }
+
+    /// `/metrics` as text.
+    pub async fn metrics(&self) -> String {
+        crate::client::get(self.status, "/metrics").await.map(|r| r.text()).unwrap_or_default()
+    }
+
+    /// The value of the Prometheus counter or gauge `name` (without labels).
+    pub async fn metric(&self, name: &str) -> u64 {
+        let text = self.metrics().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0)
+    }
+
+    /// Sends `signal` (SIGSTOP/SIGCONT for a session expiry).
+    pub fn signal(&self, signal: Signal) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// Waits for a stderr line containing `text`; panics with stderr when none comes in `within`.
+    pub async fn wait_for_stderr(&self, text: &str, within: Duration) -> String {
+        let mut found = None;
+        wait_until(within, || {
+            found = self.stderr().into_iter().find(|l| l.contains(text));
+            found.is_some()
+        })
+        .await;
+        found.unwrap_or_else(|| {
+            panic!("no stderr line with {text:?} within {within:?}; stderr:\n{}", self.stderr().join("\n"))
+        })
+    }
+}
+
+impl Drop for WatcherProcess {
+    fn drop(&mut self) {
+        self.signal(Signal::SIGCONT);
+        self.signal(Signal::SIGTERM);
+        if !wait_until_blocking(Duration::from_secs(3), || self.child.try_wait().ok().flatten().is_some()) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- lb-watcher stderr:");
+            for line in self.stderr() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}

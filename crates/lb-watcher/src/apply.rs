@@ -1,0 +1,202 @@
+//! Getting a new server list into the running lb-proxy: runtime commands over the control
+//! socket for membership changes (no new worker), else a reload.
+//!
+//! The file is always written first, so that it stays the single reference: a restart from it
+//! gives the state the runtime commands produced. Membership changes are: a server to add
+//! (`add server`, then `set server … state ready`), a server gone (`set server … state drain`,
+//! then `del server` once idle, retried at each drift check), a drained server back. Anything
+//! else (an address or weight that differs, a runtime command refused, no runtime socket) is a
+//! reload: the configured command with its exit status checked, or the control socket's
+//! reload; failures are retried with backoff.
+
+mod state;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lb_supervisor::{control, Request, Response};
+
+use crate::config::{Proxy, Service};
+use crate::hysteresis::Sets;
+use crate::Error;
+pub use state::{parse_servers_state, RunningServer};
+
+/// How a change reached lb-proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Runtime commands, this many; no new worker.
+    Runtime { commands: usize },
+    /// Nothing to do: lb-proxy already runs the file's servers.
+    InSync,
+}
+
+/// Talks to one lb-proxy.
+#[derive(Debug, Clone)]
+pub struct Applier {
+    pub control_socket: PathBuf,
+    pub settings: Proxy,
+}
+
+const RUNTIME_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Applier {
+    /// One runtime command; its output, or [`Error::Runtime`] when refused or not delivered.
+    pub async fn runtime(&self, line: &str) -> Result<String, Error> {
+        let request = Request::Runtime { line: line.to_owned() };
+        let refused = |message: String| Error::Runtime { line: line.to_owned(), message };
+        let answer = tokio::time::timeout(RUNTIME_TIMEOUT, control::call(&self.control_socket, &request))
+            .await
+            .map_err(|_| refused(format!("no answer within {RUNTIME_TIMEOUT:?}")))?
+            .map_err(|e| refused(e.to_string()))?;
+        match answer {
+            Response::Runtime { output } => match refusal(&output) {
+                Some(message) => Err(refused(message.to_owned())),
+                None => Ok(output),
+            },
+            Response::Error { message } => Err(refused(message)),
+            other => Err(refused(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// `show servers state BACKEND`.
+    pub async fn running(&self, backend: &str) -> Result<Vec<RunningServer>, Error> {
+        let line = format!("show servers state {backend}");
+        let output = self.runtime(&line).await?;
+        parse_servers_state(&output).map_err(|message| Error::Runtime { line, message })
+    }
+
+    /// Brings the running servers of the watched backends to `sets` with runtime commands.
+    /// Fails (and the caller reloads) on anything beyond membership or any refused command,
+    /// except `del server` of a draining server, which waits for its connections to end.
+    pub async fn membership(&self, services: &[Service], sets: &Sets) -> Result<Applied, Error> {
+        let mut commands = 0;
+        for service in services {
+            let Some(wanted) = sets.get(&service.backend) else { continue };
+            let backend = &service.backend;
+            let running = self.running(backend).await?;
+            for (name, member) in wanted {
+                let id = format!("{backend}/{name}");
+                match running.iter().find(|r| &r.name == name) {
+                    None => {
+                        let mut line = format!("add server {id} {}", member.address);
+                        if service.check {
+                            line.push_str(" check");
+                        }
+                        line.push_str(&format!(" weight {}", member.weight));
+                        if let Some(slowstart) = service.slowstart {
+                            line.push_str(&format!(" slowstart {}", lb_config::format_duration(slowstart)));
+                        }
+                        self.runtime(&line).await?;
+                        self.runtime(&format!("set server {id} state ready")).await?;
+                        commands += 2;
+                    }
+                    Some(r) if r.address != member.address || r.weight != member.weight => {
+                        return Err(Error::Runtime {
+                            line: format!("show servers state {backend}"),
+                            message: format!(
+                                "{id} runs as {} weight {}, the file says {} weight {}: more than membership",
+                                r.address, r.weight, member.address, member.weight
+                            ),
+                        });
+                    }
+                    Some(r) if r.drain || r.maint => {
+                        self.runtime(&format!("set server {id} state ready")).await?;
+                        commands += 1;
+                    }
+                    Some(_) => {}
+                }
+            }
+            for r in running.iter().filter(|r| !wanted.contains_key(&r.name)) {
+                let id = format!("{backend}/{}", r.name);
+                if !r.drain && !r.maint {
+                    self.runtime(&format!("set server {id} state drain")).await?;
+                    commands += 1;
+                }
+                // Refused while connections remain: the next drift check tries again.
+                match self.runtime(&format!("del server {id}")).await {
+                    Ok(_) => commands += 1,
+                    Err(e) => tracing::debug!("{e} (deleted later, once idle)"),
+                }
+            }
+        }
+        Ok(if commands == 0 { Applied::InSync } else { Applied::Runtime { commands } })
+    }
+
+    /// Reloads lb-proxy, retrying with backoff; the error of the last attempt.
+    pub async fn reload(&self) -> Result<(), Error> {
+        let mut delay = Duration::from_millis(500);
+        let mut attempt = 0;
+        loop {
+            match self.reload_once().await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt >= self.settings.reload_retries => return Err(e),
+                Err(e) => {
+                    tracing::warn!("{e}; retrying in {delay:?}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    async fn reload_once(&self) -> Result<(), Error> {
+        let timeout = self.settings.reload_timeout;
+        let failed = |message: String| Error::Reload { message };
+        match &self.settings.reload_command {
+            Some(argv) => {
+                let mut command = tokio::process::Command::new(&argv[0]);
+                command.args(&argv[1..]).stdin(std::process::Stdio::null()).kill_on_drop(true);
+                let output = tokio::time::timeout(timeout, command.output())
+                    .await
+                    .map_err(|_| failed(format!("`{}` did not finish within {timeout:?}", argv.join(" "))))?
+                    .map_err(|e| failed(format!("cannot run `{}`: {e}", argv.join(" "))))?;
+                if output.status.success() {
+                    Ok(())
+                } else {
+                    let stderr = String::from_utf8_lossy(&output.stderr);
+                    Err(failed(format!("`{}` exited with {}: {}", argv.join(" "), output.status, stderr.trim())))
+                }
+            }
+            None => {
+                let call = control::call(&self.control_socket, &Request::Reload);
+                match tokio::time::timeout(timeout, call).await {
+                    Err(_) => Err(failed(format!("no answer within {timeout:?}"))),
+                    Ok(Err(e)) => Err(failed(e.to_string())),
+                    Ok(Ok(Response::Reloaded { .. })) => Ok(()),
+                    Ok(Ok(Response::ReloadFailed { error })) => Err(failed(error)),
+                    Ok(Ok(other)) => Err(failed(format!("unexpected answer {other:?}"))),
+                }
+            }
+        }
+    }
+}
+
+/// A one-line answer that says the command was refused (HAProxy's wording and lb-proxy's):
+/// the message; `None` for success (nothing, or an acknowledgement).
+fn refusal(output: &str) -> Option<&str> {
+    let text = output.trim();
+    if text.is_empty() || text.contains('\n') {
+        return None;
+    }
+    let lower = text.to_ascii_lowercase();
+    const WORDS: [&str; 10] =
+        ["error", "unknown", "no such", "not ", "cannot", "can't", "refused", "invalid", "require", "must"];
+    WORDS.iter().any(|w| lower.contains(w)).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal;
+
+    #[test]
+    fn refusals() {
+        assert_eq!(refusal(""), None);
+        assert_eq!(refusal("New server registered.\n"), None);
+        assert_eq!(refusal("Server deleted.\n"), None);
+        assert!(refusal("No such server.\n").is_some());
+        assert!(refusal("Server still has connections attached to it, cannot remove it.\n").is_some());
+        assert!(refusal("Unknown command: 'add'\n").is_some());
+        assert_eq!(refusal("1\n# be_id be_name\n"), None);
+    }
+}

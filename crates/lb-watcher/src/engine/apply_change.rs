@@ -1,0 +1,105 @@
+//! One change, end to end: render, validate, write atomically, then runtime commands or a
+//! reload; and the periodic drift repair.
+
+use std::time::Instant;
+
+use lb_config::Config as ProxyConfig;
+
+use super::Engine;
+use crate::apply::Applied;
+use crate::hysteresis::Sets;
+use crate::status::{unix_now, LastApply, Metrics};
+use crate::write::{write_config, Written};
+use crate::{render, Error};
+
+impl Engine {
+    pub(crate) async fn apply(&mut self, sets: Sets, now: Instant) {
+        let result = self.apply_sets(&sets).await;
+        let (outcome, detail) = match &result {
+            Ok((how, detail)) => ((*how).to_owned(), detail.clone()),
+            Err(e) => ("failed".to_owned(), e.to_string()),
+        };
+        if let Err(e) = &result {
+            tracing::error!("applying the new server list failed: {e}");
+            Metrics::add(&self.shared.metrics.errors);
+        } else {
+            tracing::info!("applied ({outcome}): {detail}");
+        }
+        self.shared.update(|s| s.last_apply = Some(LastApply { at: unix_now(), result: outcome, detail }));
+        self.after_apply(&sets, result.map(|_| ()).map_err(|_| ()), now);
+    }
+
+    async fn apply_sets(&mut self, sets: &Sets) -> Result<(&'static str, String), Error> {
+        let path = self.config.proxy.config.clone();
+        let rendered = render::render(&self.base, &self.config.services, sets);
+        let text = rendered.to_yaml();
+        let written = write_config(&path, &text, |tmp| {
+            ProxyConfig::load(tmp).map(|_| ()).map_err(|source| Error::Proxy { path: tmp.to_path_buf(), source })
+        })?;
+        let summary = sets.iter().map(|(b, s)| format!("{b}: {} servers", s.len())).collect::<Vec<_>>().join(", ");
+        Metrics::add(&self.shared.metrics.applies);
+        if self.config.proxy.runtime && !self.base_changed {
+            match self.applier.membership(&self.config.services, sets).await {
+                Ok(Applied::InSync) if written == Written::Unchanged => return Ok(("unchanged", summary)),
+                Ok(Applied::InSync) => return Ok(("runtime", format!("{summary}; lb-proxy already in step"))),
+                Ok(Applied::Runtime { commands }) => {
+                    Metrics::add(&self.shared.metrics.runtime_applies);
+                    self.pending_deletes = true;
+                    return Ok(("runtime", format!("{summary}; {commands} runtime commands")));
+                }
+                Err(e) => tracing::warn!("{e}; reloading instead"),
+            }
+        }
+        self.reload().await?;
+        self.base_changed = false;
+        Ok(("reload", summary))
+    }
+
+    async fn reload(&mut self) -> Result<(), Error> {
+        match self.applier.reload().await {
+            Ok(()) => {
+                Metrics::add(&self.shared.metrics.reloads);
+                Ok(())
+            }
+            Err(e) => {
+                Metrics::add(&self.shared.metrics.reload_failures);
+                Err(e)
+            }
+        }
+    }
+
+    /// Compares what lb-proxy runs with the file and repairs the difference (servers added or
+    /// removed behind our back, drained servers whose connections are done).
+    pub(crate) async fn drift(&mut self) {
+        if !self.config.proxy.runtime {
+            return;
+        }
+        let Ok(file) = ProxyConfig::load(&self.config.proxy.config) else { return };
+        let sets = render::sets_of(&file, &self.config.services);
+        // Without a runtime socket (or lb-proxy) nothing can be seen, so nothing is repaired.
+        for service in &self.config.services {
+            if let Err(e) = self.applier.running(&service.backend).await {
+                tracing::debug!("drift check skipped: {e}");
+                return;
+            }
+        }
+        match self.applier.membership(&self.config.services, &sets).await {
+            Ok(Applied::InSync) => self.pending_deletes = false,
+            Ok(Applied::Runtime { commands }) => {
+                if !self.pending_deletes {
+                    let file = self.config.proxy.config.display();
+                    tracing::warn!("lb-proxy had drifted from {file}: {commands} runtime commands");
+                }
+                Metrics::add(&self.shared.metrics.drift_repairs);
+            }
+            Err(e) => {
+                tracing::warn!("drift repair: {e}; reloading");
+                Metrics::add(&self.shared.metrics.drift_repairs);
+                if let Err(e) = self.reload().await {
+                    tracing::error!("drift repair: {e}");
+                    Metrics::add(&self.shared.metrics.errors);
+                }
+            }
+        }
+    }
+}

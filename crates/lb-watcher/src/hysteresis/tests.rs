@@ -1,0 +1,262 @@
+use std::net::SocketAddr;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::*;
+
+const S: Duration = Duration::from_secs(1);
+
+fn settings() -> config::Hysteresis {
+    config::Hysteresis {
+        collect: 15 * S,
+        collect_jitter: Duration::ZERO,
+        hold: 30 * S,
+        max_remove_percent: 20,
+        min_apply_interval: 5 * S,
+    }
+}
+
+fn member(i: u16) -> Member {
+    Member { address: SocketAddr::from(([10, 0, 0, 1], 8000 + i)), weight: 100 }
+}
+
+fn servers(range: std::ops::Range<u16>) -> Servers {
+    range.map(|i| (format!("s{i}"), member(i))).collect()
+}
+
+fn one(backend: &str, set: Servers) -> Sets {
+    [(backend.to_owned(), set)].into_iter().collect()
+}
+
+struct Sim {
+    state: State,
+    t0: Instant,
+    rng: StdRng,
+}
+
+impl Sim {
+    fn new(settings: config::Hysteresis, initial: Servers) -> Sim {
+        let t0 = Instant::now();
+        Sim { state: State::new(settings, one("api", initial), t0), t0, rng: StdRng::seed_from_u64(7) }
+    }
+    fn at(&self, secs: f64) -> Instant {
+        self.t0 + Duration::from_secs_f64(secs)
+    }
+    fn observe(&mut self, secs: f64, set: Servers) {
+        let now = self.at(secs);
+        self.state.observe("api", set, now, &mut self.rng);
+    }
+    /// Decides at `secs` and, when there is something to apply, applies it.
+    fn tick(&mut self, secs: f64) -> Decision {
+        let now = self.at(secs);
+        let d = self.state.decide(now, &mut self.rng);
+        if let Some(sets) = &d.apply {
+            self.state.applied_ok(sets, now, &mut self.rng);
+        }
+        d
+    }
+    fn applied(&self) -> Servers {
+        self.state.applied().remove("api").unwrap_or_default()
+    }
+    fn due_secs(&self) -> Option<f64> {
+        self.state.due().map(|d| d.duration_since(self.t0).as_secs_f64())
+    }
+}
+
+#[test]
+fn a_registration_applies_after_the_collect_window() {
+    let mut sim = Sim::new(settings(), servers(0..2));
+    sim.observe(0.0, servers(0..2));
+    assert_eq!(sim.due_secs(), None, "nothing differs");
+    sim.observe(1.0, servers(0..3));
+    assert_eq!(sim.due_secs(), Some(16.0));
+    assert_eq!(sim.tick(15.9).apply, None);
+    let d = sim.tick(16.0);
+    assert_eq!(d.apply, Some(one("api", servers(0..3))));
+    assert_eq!(sim.applied(), servers(0..3));
+    assert_eq!(sim.due_secs(), None);
+}
+
+#[test]
+fn a_re_registration_inside_the_window_changes_nothing() {
+    let mut sim = Sim::new(settings(), servers(0..3));
+    sim.observe(0.0, servers(0..3));
+    sim.observe(1.0, servers(0..2));
+    assert!(sim.due_secs().is_some());
+    sim.observe(1.5, servers(0..3));
+    assert_eq!(sim.due_secs(), None, "the window closes when nothing differs any more");
+    assert_eq!(sim.tick(20.0), Decision::default());
+    assert_eq!(sim.applied(), servers(0..3));
+}
+
+#[test]
+fn a_burst_of_changes_is_one_update() {
+    let mut sim = Sim::new(settings(), servers(0..1));
+    sim.observe(0.0, servers(0..1));
+    for i in 2..10u16 {
+        sim.observe(f64::from(i) * 0.5, servers(0..i));
+    }
+    assert_eq!(sim.due_secs(), Some(16.0), "the window started at the first change");
+    assert_eq!(sim.tick(16.0).apply, Some(one("api", servers(0..9))));
+}
+
+#[test]
+fn a_removed_server_is_held_while_seen_recently() {
+    let mut s = settings();
+    s.collect = 2 * S;
+    let mut sim = Sim::new(s, servers(0..10));
+    sim.observe(0.0, servers(0..10));
+    sim.observe(1.0, servers(0..9));
+    assert_eq!(sim.tick(3.0).apply, None, "s9 was seen 2 s ago: held");
+    assert_eq!(sim.due_secs(), Some(31.0), "re-evaluated when the hold ends");
+    let d = sim.tick(31.0);
+    assert_eq!(d.apply, Some(one("api", servers(0..9))));
+}
+
+#[test]
+fn ten_removals_are_throttled_to_a_fifth_per_round() {
+    let mut s = settings();
+    s.collect = S;
+    s.hold = 2 * S;
+    s.min_apply_interval = Duration::ZERO;
+    let mut sim = Sim::new(s, servers(0..20));
+    sim.observe(0.0, servers(0..20));
+    sim.observe(0.0, servers(10..20));
+    let mut rounds = Vec::new();
+    let mut t = 0.0;
+    while let Some(due) = sim.due_secs() {
+        t = due;
+        let d = sim.tick(t);
+        if d.apply.is_some() {
+            rounds.push((t, d.removed.get("api").map_or(0, Vec::len), sim.applied().len()));
+        }
+        assert!(rounds.len() < 20, "no convergence: {rounds:?}");
+    }
+    // 20 servers: 4 per round; then 16 → 3; 13 → 2; 11 → 2 (one left to remove); 9… done.
+    let sizes: Vec<usize> = rounds.iter().map(|r| r.2).collect();
+    assert_eq!(sizes, vec![16, 13, 11, 10], "{rounds:?}");
+    assert!(rounds.windows(2).all(|w| w[1].0 - w[0].0 >= 2.0), "rounds are a hold apart: {rounds:?}");
+    assert_eq!(sim.applied(), servers(10..20));
+    assert!(t > 0.0);
+}
+
+#[test]
+fn the_least_recently_seen_go_first() {
+    let mut s = settings();
+    s.collect = S;
+    s.hold = S;
+    let mut sim = Sim::new(s, servers(0..5));
+    sim.observe(0.0, servers(0..5));
+    // s4 vanishes first, then s3.
+    sim.observe(0.0, servers(0..4));
+    sim.observe(0.5, servers(0..3));
+    let d = sim.tick(10.0);
+    assert_eq!(d.removed.get("api"), Some(&vec!["s4".to_owned()]));
+    assert_eq!(d.throttled.get("api"), Some(&vec!["s3".to_owned()]));
+}
+
+#[test]
+fn all_removed_is_refused_and_the_last_set_kept() {
+    let mut s = settings();
+    s.collect = S;
+    s.hold = S;
+    let mut sim = Sim::new(s, servers(0..3));
+    sim.observe(0.0, servers(0..3));
+    sim.observe(1.0, Servers::new());
+    let d = sim.tick(5.0);
+    assert_eq!(d.apply, None);
+    assert_eq!(d.refused, vec!["api".to_owned()]);
+    assert_eq!(sim.applied(), servers(0..3));
+    assert_eq!(sim.due_secs(), None, "refused once, not re-tried in a loop");
+    assert_eq!(sim.tick(100.0), Decision::default(), "and said once");
+    // A server registering again is taken as usual.
+    sim.observe(200.0, servers(7..8));
+    let d = sim.tick(202.0);
+    assert!(d.apply.is_some());
+    assert!(sim.applied().contains_key("s7"));
+}
+
+#[test]
+fn one_server_left_is_not_removed_when_it_would_empty_the_backend() {
+    let mut s = settings();
+    s.collect = S;
+    s.hold = S;
+    let mut sim = Sim::new(s, servers(0..1));
+    sim.observe(0.0, servers(0..1));
+    sim.observe(0.0, Servers::new());
+    assert_eq!(sim.tick(5.0).refused, vec!["api".to_owned()]);
+    assert_eq!(sim.applied(), servers(0..1));
+}
+
+#[test]
+fn applies_are_min_interval_apart() {
+    let mut s = settings();
+    s.collect = S;
+    s.min_apply_interval = 10 * S;
+    let mut sim = Sim::new(s, servers(0..1));
+    sim.observe(0.0, servers(0..2));
+    assert!(sim.tick(1.0).apply.is_some());
+    sim.observe(1.5, servers(0..3));
+    assert_eq!(sim.due_secs(), Some(11.0), "not before 10 s after the last apply");
+}
+
+#[test]
+fn jitter_spreads_the_window() {
+    let mut s = settings();
+    s.collect_jitter = 5 * S;
+    let dues: Vec<f64> = (0..20u64)
+        .map(|seed| {
+            let t0 = Instant::now();
+            let mut state = State::new(s, one("api", servers(0..1)), t0);
+            let mut rng = StdRng::seed_from_u64(seed);
+            state.observe("api", servers(0..2), t0, &mut rng);
+            state.due().map_or(0.0, |d| d.duration_since(t0).as_secs_f64())
+        })
+        .collect();
+    assert!(dues.iter().all(|d| (15.0..=20.0).contains(d)), "{dues:?}");
+    assert!(dues.iter().any(|d| *d != dues[0]), "{dues:?}");
+}
+
+#[test]
+fn nothing_is_decided_before_every_backend_was_observed() {
+    let t0 = Instant::now();
+    let mut rng = StdRng::seed_from_u64(1);
+    let initial: Sets = [("a".to_owned(), servers(0..1)), ("b".to_owned(), servers(0..1))].into_iter().collect();
+    let mut s = settings();
+    s.collect = Duration::ZERO;
+    let mut state = State::new(s, initial, t0);
+    state.observe("a", servers(0..2), t0, &mut rng);
+    assert_eq!(state.decide(t0 + S, &mut rng), Decision::default());
+    state.observe("b", servers(0..1), t0 + S, &mut rng);
+    assert!(state.decide(t0 + S, &mut rng).apply.is_some());
+}
+
+#[test]
+fn a_resync_restarts_the_hold() {
+    let mut s = settings();
+    s.collect = S;
+    let mut sim = Sim::new(s, servers(0..5));
+    sim.observe(0.0, servers(0..5));
+    // ZooKeeper away from 1 s to 100 s; on return s4 is gone: it may have left at any time.
+    let now = sim.at(100.0);
+    sim.state.resynced(now);
+    sim.observe(100.0, servers(0..4));
+    assert_eq!(sim.tick(101.0).apply, None, "held: seen (as far as we know) until 100 s");
+    assert_eq!(sim.due_secs(), Some(130.0));
+    assert!(sim.tick(130.0).apply.is_some());
+}
+
+#[test]
+fn a_failed_apply_is_retried() {
+    let mut s = settings();
+    s.collect = S;
+    let mut sim = Sim::new(s, servers(0..1));
+    sim.observe(0.0, servers(0..2));
+    let now = sim.at(1.0);
+    let d = sim.state.decide(now, &mut sim.rng);
+    assert!(d.apply.is_some());
+    sim.state.apply_failed(now, 2 * S);
+    assert_eq!(sim.due_secs(), Some(3.0));
+    assert!(sim.tick(3.0).apply.is_some());
+}

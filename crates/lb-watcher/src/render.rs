@@ -1,0 +1,112 @@
+//! lb-proxy's configuration from the base file plus the discovered servers, through lb-config's
+//! types (so the result is exactly what lb-proxy parses), and the way back: the servers a
+//! rendered file holds.
+
+use std::path::Path;
+
+use lb_config::{AdminState, Config as ProxyConfig, Server};
+
+use crate::config::Service;
+use crate::hysteresis::{Servers, Sets};
+use crate::node::Member;
+use crate::Error;
+
+/// The base configuration, checked to have every watched backend.
+pub fn load_base(path: &Path, services: &[Service]) -> Result<ProxyConfig, Error> {
+    let base = ProxyConfig::load(path).map_err(|source| Error::Proxy { path: path.to_path_buf(), source })?;
+    for s in services {
+        if base.backend(&s.backend).is_none() {
+            return Err(Error::NoBackend { path: path.to_path_buf(), backend: s.backend.clone() });
+        }
+    }
+    Ok(base)
+}
+
+/// `base` with each watched backend's servers replaced by `sets`.
+pub fn render(base: &ProxyConfig, services: &[Service], sets: &Sets) -> ProxyConfig {
+    let mut config = base.clone();
+    for s in services {
+        let Some(backend) = config.backends.iter_mut().find(|b| b.name == s.backend) else { continue };
+        let Some(servers) = sets.get(&s.backend) else { continue };
+        backend.servers = servers
+            .iter()
+            .map(|(name, m)| Server {
+                name: name.clone(),
+                address: m.address,
+                weight: m.weight,
+                check: s.check,
+                slowstart: s.slowstart,
+                max_connections: None,
+                state: AdminState::Ready,
+            })
+            .collect();
+    }
+    config
+}
+
+/// The watched backends' servers in `config` (what a file written earlier holds).
+pub fn sets_of(config: &ProxyConfig, services: &[Service]) -> Sets {
+    services
+        .iter()
+        .map(|s| {
+            let servers: Servers = config
+                .backend(&s.backend)
+                .map(|b| {
+                    b.servers
+                        .iter()
+                        .map(|srv| (srv.name.clone(), Member { address: srv.address, weight: srv.weight }))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (s.backend.clone(), servers)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::*;
+    use crate::config::NodeFormat;
+
+    const BASE: &str = "\
+frontends:
+  - name: fe
+    bind: [\"127.0.0.1:8000\"]
+    default_backend: api
+backends:
+  - name: api
+    servers: []
+  - name: static
+    servers: [{ name: s1, address: \"10.1.1.1:80\" }]
+";
+
+    #[test]
+    fn render_replaces_only_watched_backends_and_reads_back() -> Result<(), lb_config::Error> {
+        let base = ProxyConfig::parse(BASE, "base.yaml")?;
+        let service = Service {
+            backend: "api".into(),
+            path: "/a".into(),
+            format: NodeFormat::Registrar,
+            record_type: "host".into(),
+            port: Some(80),
+            check: true,
+            weight: 10,
+            slowstart: Some(std::time::Duration::from_secs(5)),
+        };
+        let member = Member { address: SocketAddr::from(([10, 0, 0, 5], 80)), weight: 10 };
+        let sets: Sets =
+            [("api".to_owned(), [("web1".to_owned(), member)].into_iter().collect())].into_iter().collect();
+        let services = [service];
+        let rendered = render(&base, &services, &sets);
+        let text = rendered.to_yaml();
+        let back = ProxyConfig::parse(&text, "out.yaml")?;
+        assert_eq!(back, rendered);
+        assert_eq!(sets_of(&back, &services), sets);
+        let api = back.backend("api").map(|b| b.servers.clone()).unwrap_or_default();
+        assert!(api[0].check && api[0].slowstart.is_some() && api[0].weight == 10);
+        assert_eq!(back.backend("static").map(|b| b.servers.len()), Some(1));
+        Ok(())
+    }
+}

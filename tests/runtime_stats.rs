@@ -1,0 +1,222 @@
+//! Stats end to end: `show stat` against HAProxy's own header (Debian's haproxy, run here) and
+//! parsed by a parser written from HAProxy's documented CSV format; the stats listener's CSV
+//! and `/metrics` (parsed as Prometheus parses it); and counters carried across reloads, with
+//! the gauges of old workers while one drains.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lb_testkit::runtime::{parse_prometheus, parse_stat_csv, send_line, Metrics, StatRow};
+use lb_testkit::{client, free_port, wait_until, ProxyProcess, TestServer};
+
+fn config(s1: &TestServer, s2: &TestServer) -> impl Fn(&[u16]) -> String {
+    let (a1, a2) = (s1.addr(), s2.addr());
+    move |ports: &[u16]| {
+        format!(
+            r#"global:
+  stats: {{ address: "127.0.0.1:{stats}", refresh: 2s }}
+defaults:
+  timeouts: {{ connect: 1s, client: 10s, server: 10s, check: 500ms }}
+frontends:
+  - name: web
+    bind: ["127.0.0.1:{fe}"]
+    default_backend: api
+backends:
+  - name: api
+    balance: roundrobin
+    health_check: {{ type: http, path: /ping, expect_status: 200, interval: 200ms, rise: 1, fall: 1 }}
+    servers:
+      - {{ name: a1, address: "{a1}", check: true }}
+      - {{ name: a2, address: "{a2}" }}
+      - {{ name: a3, address: "127.0.0.1:1", check: true }}
+"#,
+            fe = ports[0],
+            stats = ports[1]
+        )
+    }
+}
+
+/// GET over a fresh connection: status and body.
+fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to stats");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: stats\r\nConnection: close\r\n\r\n").expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let content_type = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+        .unwrap_or_default();
+    (status, content_type, body.to_owned())
+}
+
+fn stats_addr(proxy: &ProxyProcess) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], proxy.ports()[1]))
+}
+
+fn row<'a>(rows: &'a [StatRow], px: &str, sv: &str) -> &'a StatRow {
+    rows.iter().find(|r| r["pxname"] == px && r["svname"] == sv).unwrap_or_else(|| panic!("no row {px}/{sv}"))
+}
+
+fn metrics(proxy: &ProxyProcess) -> Metrics {
+    let (status, content_type, body) = http_get(stats_addr(proxy), "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    parse_prometheus(&body).unwrap_or_else(|e| panic!("{e}\n{body}"))
+}
+
+/// The header of Debian's haproxy's `show stat`, from a haproxy run here.
+fn haproxy_header() -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("haproxy.sock");
+    let cfg = dir.path().join("haproxy.cfg");
+    let port = free_port();
+    std::fs::write(
+        &cfg,
+        format!(
+            "global\n  stats socket {} mode 600 level admin\ndefaults\n  mode http\n  timeout connect 1s\n  \
+             timeout client 5s\n  timeout server 5s\nfrontend web\n  bind 127.0.0.1:{port}\n  default_backend api\n\
+             backend api\n  server a1 127.0.0.1:1\n",
+            socket.display()
+        ),
+    )
+    .expect("write haproxy.cfg");
+    let mut haproxy = Command::new("haproxy")
+        .args(["-db", "-f"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run haproxy (Debian's haproxy package)");
+    let mut answer = String::new();
+    for _ in 0..200 {
+        if let Ok(text) = send_line(&socket, "show stat") {
+            answer = text;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
+    answer.lines().next().expect("haproxy answered show stat").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_stat_is_haproxys_csv() {
+    let (s1, s2) = (TestServer::start("a1"), TestServer::start("a2"));
+    let proxy = ProxyProcess::start_with(2, config(&s1, &s2));
+    for _ in 0..10 {
+        assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
+    }
+    let text = proxy.runtime("show stat");
+    assert!(text.ends_with("\n\n"), "an answer ends with an empty line");
+    let ours = text.lines().next().unwrap_or_default().to_owned();
+    assert_eq!(ours, haproxy_header(), "the header is HAProxy 2.6's, column for column");
+
+    let (columns, rows) = parse_stat_csv(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(columns.first().map(String::as_str), Some("pxname"));
+    let svnames: Vec<String> = rows.iter().map(|r| format!("{}/{}", r["pxname"], r["svname"])).collect();
+    assert_eq!(svnames, ["web/FRONTEND", "api/a1", "api/a2", "api/a3", "api/BACKEND"]);
+
+    let fe = row(&rows, "web", "FRONTEND");
+    assert_eq!((fe["status"].as_str(), fe["req_tot"].as_str(), fe["hrsp_2xx"].as_str()), ("OPEN", "10", "10"));
+    assert_eq!((fe["stot"].as_str(), fe["type"].as_str(), fe["mode"].as_str()), ("10", "0", "http"));
+    let be = row(&rows, "api", "BACKEND");
+    assert_eq!((be["status"].as_str(), be["req_tot"].as_str(), be["algo"].as_str()), ("UP", "10", "roundrobin"));
+    let (a1, a2, a3) = (row(&rows, "api", "a1"), row(&rows, "api", "a2"), row(&rows, "api", "a3"));
+    assert_eq!(a1["status"], "UP");
+    assert_eq!(a2["status"], "no check");
+    assert_eq!(a3["status"], "DOWN", "{a3:?}");
+    assert_eq!(a3["check_status"], "L4CON");
+    let served: u64 = [a1, a2].iter().map(|r| r["req_tot"].parse::<u64>().unwrap_or(0)).sum();
+    assert_eq!(served, 10);
+    assert_eq!(a1["addr"], s1.addr().to_string());
+    assert_eq!(a1["type"], "2");
+    // Columns lb-proxy does not have are empty, never made up.
+    assert_eq!((a1["cookie"].as_str(), a1["agent_status"].as_str(), fe["comp_in"].as_str()), ("", "", ""));
+
+    proxy.runtime("set server api/a2 state drain; disable server api/a1");
+    let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
+    assert_eq!(row(&rows, "api", "a1")["status"], "MAINT");
+    assert_eq!(row(&rows, "api", "a2")["status"], "DRAIN");
+    assert_eq!(row(&rows, "api", "BACKEND")["status"], "DOWN");
+
+    // The same CSV over HTTP, at HAProxy's URLs.
+    for path in ["/;csv", "/stats;csv", "/;csv;norefresh"] {
+        let (status, content_type, body) = http_get(stats_addr(&proxy), path);
+        assert_eq!(status, 200, "{path}");
+        assert!(content_type.starts_with("text/csv"), "{path}: {content_type}");
+        let (columns_http, rows_http) = parse_stat_csv(&body).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(columns_http, columns);
+        assert_eq!(rows_http.len(), 5);
+    }
+    assert_eq!(http_get(stats_addr(&proxy), "/nope").0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_and_counters_survive_reloads() {
+    let (s1, s2) = (TestServer::start("a1"), TestServer::start("a2"));
+    let proxy = ProxyProcess::start_with(2, config(&s1, &s2));
+    for _ in 0..20 {
+        assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
+    }
+    let m = metrics(&proxy);
+    let fe = [("frontend", "web")];
+    assert_eq!(m.value("lb_proxy_frontend_requests_total", &fe), Some(20.0));
+    assert_eq!(m.value("lb_proxy_frontend_responses_total", &[("frontend", "web"), ("code", "2xx")]), Some(20.0));
+    assert_eq!(m.value("lb_proxy_backend_requests_total", &[("backend", "api")]), Some(20.0));
+    assert_eq!(m.value("lb_proxy_server_up", &[("backend", "api"), ("server", "a1")]), Some(1.0));
+    assert_eq!(m.value("lb_proxy_server_up", &[("backend", "api"), ("server", "a3")]), Some(0.0));
+    assert_eq!(
+        m.value("lb_proxy_server_admin_state", &[("backend", "api"), ("server", "a1"), ("state", "ready")]),
+        Some(1.0)
+    );
+    assert_eq!(m.value("lb_proxy_old_workers", &[]), Some(0.0));
+    assert_eq!(m.families["lb_proxy_frontend_requests_total"].kind, "counter");
+    assert_eq!(m.families["lb_proxy_server_up"].kind, "gauge");
+    let served: f64 = ["a1", "a2"]
+        .iter()
+        .filter_map(|s| m.value("lb_proxy_server_requests_total", &[("backend", "api"), ("server", s)]))
+        .sum();
+    assert_eq!(served, 20.0);
+
+    // A slow request keeps the old worker draining across the reload.
+    let slow = tokio::spawn({
+        let addr = proxy.addr();
+        async move { client::get(addr, "/slow?ms=3000").await }
+    });
+    assert!(wait_until(Duration::from_secs(5), || s1.in_flight() + s2.in_flight() == 1).await);
+    proxy.reload().await.expect("reload");
+    let m = metrics(&proxy);
+    assert_eq!(m.value("lb_proxy_frontend_requests_total", &fe), Some(20.0), "carried across the reload");
+    assert_eq!(m.value("lb_proxy_old_workers", &[]), Some(1.0));
+    assert_eq!(m.value("lb_proxy_old_worker_connections", &[]), Some(1.0));
+    assert_eq!(slow.await.expect("join").expect("slow request").status, 200);
+
+    for _ in 0..5 {
+        assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
+    }
+    proxy.reload().await.expect("second reload");
+    // 20 + 5, and the slow request, which the old worker counted after its snapshot (it was in
+    // flight at the reload) and handed on once drained.
+    let req_tot = || {
+        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
+        row(&rows, "web", "FRONTEND")["req_tot"].clone()
+    };
+    assert!(wait_until(Duration::from_secs(10), || req_tot() == "26").await, "req_tot {}", req_tot());
+    let info = proxy.runtime("show info");
+    assert!(info.contains("CumReq: 26\n"), "{info}");
+    let m = metrics(&proxy);
+    assert_eq!(m.value("lb_proxy_frontend_responses_total", &[("frontend", "web"), ("code", "2xx")]), Some(26.0));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let m = metrics(&proxy);
+            m.value("lb_proxy_old_workers", &[]) == Some(0.0)
+        })
+        .await
+    );
+}

@@ -13,13 +13,13 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 /// A 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Pos {
-    pub(crate) line: usize,
-    pub(crate) column: usize,
+pub struct Pos {
+    pub line: usize,
+    pub column: usize,
 }
 
 impl Pos {
-    pub(crate) const START: Pos = Pos { line: 1, column: 1 };
+    pub const START: Pos = Pos { line: 1, column: 1 };
 
     fn of(mark: Marker) -> Pos {
         // yaml-rust2 counts lines from 1 but columns from 0.
@@ -29,24 +29,24 @@ impl Pos {
 
 /// A key seen twice in the same mapping.
 #[derive(Debug, Clone)]
-pub(crate) struct DuplicateKey {
-    pub(crate) path: String,
-    pub(crate) first: Pos,
-    pub(crate) again: Pos,
+pub struct DuplicateKey {
+    pub path: String,
+    pub first: Pos,
+    pub again: Pos,
 }
 
 /// Field path → position, for every node of the first document.
 #[derive(Debug, Default)]
-pub(crate) struct Locations {
+pub struct Locations {
     values: HashMap<String, Pos>,
     keys: HashMap<String, Pos>,
-    pub(crate) duplicate_keys: Vec<DuplicateKey>,
+    pub duplicate_keys: Vec<DuplicateKey>,
 }
 
 impl Locations {
     /// Records what it can: on a syntax error the nodes before it are still located (serde_yaml
     /// reports the error itself).
-    pub(crate) fn scan(text: &str) -> Locations {
+    pub fn scan(text: &str) -> Locations {
         let mut walker = Walker { stack: Vec::new(), locations: Locations::default(), done: false };
         // Events are pulled one at a time rather than through `Parser::load`, which recurses
         // once per nesting level of block collections and so can overflow the stack.
@@ -66,7 +66,7 @@ impl Locations {
     }
 
     /// Where the value at `path` starts, or else where its nearest located ancestor starts.
-    pub(crate) fn value(&self, path: &str) -> Pos {
+    pub fn value(&self, path: &str) -> Pos {
         let mut path = path;
         loop {
             if let Some(pos) = self.values.get(path) {
@@ -80,7 +80,7 @@ impl Locations {
     }
 
     /// Where the key naming `path` is written, for complaints about the key itself.
-    pub(crate) fn key(&self, path: &str) -> Pos {
+    pub fn key(&self, path: &str) -> Pos {
         self.keys.get(path).copied().unwrap_or_else(|| self.value(path))
     }
 }
@@ -93,7 +93,7 @@ fn parent(path: &str) -> Option<&str> {
     Some(path.rfind(['.', '[']).map_or("", |cut| &path[..cut]))
 }
 
-pub(crate) fn child(parent: &str, key: &str) -> String {
+pub fn child(parent: &str, key: &str) -> String {
     if parent.is_empty() {
         key.to_owned()
     } else {
@@ -101,7 +101,7 @@ pub(crate) fn child(parent: &str, key: &str) -> String {
     }
 }
 
-pub(crate) fn item(parent: &str, index: usize) -> String {
+pub fn item(parent: &str, index: usize) -> String {
     format!("{parent}[{index}]")
 }
 

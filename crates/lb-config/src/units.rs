@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// Parses `<integer><unit>` with unit `ms`, `s`, `m` or `h`; a bare integer is milliseconds,
 /// as in HAProxy. The range (1ms..=24h) is checked by the caller, which knows the field.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);

@@ -48,11 +48,11 @@ pub use error::{Diagnostic, Error};
 /// other daemons' configurations (lb-tls) so that every file reports `file:line:col: field`.
 pub use load::serde_diagnostics;
 pub use locate::{child, item, DuplicateKey, Locations, Pos};
-pub use units::parse_duration;
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
     HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Timeouts,
 };
+pub use units::parse_duration;
 
 #[cfg(test)]
 mod tests;

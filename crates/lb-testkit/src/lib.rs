@@ -20,6 +20,9 @@
 //! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
+//! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls`; [`certs`]: a CA, server and client
+//!   certificates and OCSP responses made with `openssl`; [`sclient`]: `openssl s_client` and
+//!   `curl` runs.
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -34,6 +37,7 @@
 //! - this file: [`bin_path`], [`free_port`], [`wait_until`].
 #![forbid(unsafe_code)]
 
+pub mod certs;
 pub mod client;
 pub mod lbctl;
 pub mod load;
@@ -42,8 +46,10 @@ pub mod notify;
 pub mod procfs;
 mod proxy;
 pub mod raw;
+pub mod sclient;
 mod server;
 mod tcp;
+mod tls;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -56,6 +62,7 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
+pub use tls::{run_lb_tls, TlsProcess};
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

@@ -44,9 +44,11 @@ mod units;
 mod validate;
 
 pub use error::{Diagnostic, Error};
-/// For other YAML files of the stack (lb-watcher's) that report `file:line:col: field: message`
-/// the same way: field path → position, and the path spelling.
-pub use locate::{child as field_child, item as field_item, Locations, Pos};
+/// Locating values in YAML text and turning serde's errors into diagnostics, shared with the
+/// other daemons' configurations (lb-tls, lb-watcher) so that every file reports
+/// `file:line:col: field: message` the same way.
+pub use load::serde_diagnostics;
+pub use locate::{child, item, DuplicateKey, Locations, Pos};
 pub use units::{format_duration, parse_duration};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,

@@ -41,9 +41,10 @@ fn parse_in(text: &str, file: &str, base: Option<&Path>) -> Result<Config, Error
     validate::validate(&raw, file, &locations, base).map_err(|diagnostics| Error::Invalid { diagnostics })
 }
 
-/// serde stops at its first error; report it, with any duplicate keys found while locating
+/// serde stops at its first error; report it (for any configuration read with serde_yaml and
+/// [`Locations`], lb-tls's too), with any duplicate keys found while locating
 /// (serde_yaml only says "duplicate field" without saying where).
-fn serde_diagnostics(e: &serde_yaml::Error, file: &str, locations: &Locations) -> Vec<Diagnostic> {
+pub fn serde_diagnostics(e: &serde_yaml::Error, file: &str, locations: &Locations) -> Vec<Diagnostic> {
     let mut diagnostics: Vec<Diagnostic> = locations
         .duplicate_keys
         .iter()

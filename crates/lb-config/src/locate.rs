@@ -29,10 +29,10 @@ impl Pos {
 
 /// A key seen twice in the same mapping.
 #[derive(Debug, Clone)]
-pub(crate) struct DuplicateKey {
-    pub(crate) path: String,
-    pub(crate) first: Pos,
-    pub(crate) again: Pos,
+pub struct DuplicateKey {
+    pub path: String,
+    pub first: Pos,
+    pub again: Pos,
 }
 
 /// Field path → position, for every node of the first document.
@@ -40,7 +40,7 @@ pub(crate) struct DuplicateKey {
 pub struct Locations {
     values: HashMap<String, Pos>,
     keys: HashMap<String, Pos>,
-    pub(crate) duplicate_keys: Vec<DuplicateKey>,
+    pub duplicate_keys: Vec<DuplicateKey>,
 }
 
 impl Locations {

@@ -24,6 +24,9 @@
 //!   format), `show servers state` and Prometheus' text format.
 //! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`.
 //! - [`zookeeper`]: a real ZooKeeper, standalone or a three-member ensemble, for lb-watcher.
+//! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls`; [`certs`]: a CA, server and client
+//!   certificates and OCSP responses made with `openssl`; [`sclient`]: `openssl s_client` and
+//!   `curl` runs.
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -38,6 +41,7 @@
 //! - this file: [`bin_path`], [`free_port`], [`wait_until`].
 #![forbid(unsafe_code)]
 
+pub mod certs;
 pub mod client;
 pub mod lbctl;
 pub mod load;
@@ -46,11 +50,6 @@ pub mod notify;
 pub mod procfs;
 mod proxy;
 pub mod raw;
-pub mod runtime;
-mod server;
-mod tcp;
-mod watcher;
-pub mod zookeeper;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -63,7 +62,6 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
-pub use watcher::WatcherProcess;
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

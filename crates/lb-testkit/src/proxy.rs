@@ -24,7 +24,7 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How many times [`ProxyProcess::start_with`] picks new ports after a bind conflict.
 const START_TRIES: usize = 5;
 
-type Lines = Arc<Mutex<Vec<String>>>;
+pub(crate) type Lines = Arc<Mutex<Vec<String>>>;
 
 /// A running `lb-proxy -f FILE`. Its stdout (the access log) and stderr (operational messages)
 /// are read line by line by background threads into shared lists. Dropping it stops the process
@@ -498,19 +498,19 @@ impl Drop for ProxyProcess {
     }
 }
 
-fn tail(lines: &[String], n: usize) -> &[String] {
+pub(crate) fn tail(lines: &[String], n: usize) -> &[String] {
     &lines[lines.len().saturating_sub(n)..]
 }
 
-fn lock(lines: &Lines) -> std::sync::MutexGuard<'_, Vec<String>> {
+pub(crate) fn lock(lines: &Lines) -> std::sync::MutexGuard<'_, Vec<String>> {
     lines.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn snapshot(lines: &Lines) -> Vec<String> {
+pub(crate) fn snapshot(lines: &Lines) -> Vec<String> {
     lock(lines).clone()
 }
 
-fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> JoinHandle<()> {
+pub(crate) fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
@@ -533,7 +533,7 @@ fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> Join
 }
 
 /// Ports in LISTEN state (`0A`) in /proc/net/tcp{,6} whose socket is one of `inodes`.
-fn listening_tcp_ports(inodes: &HashSet<u64>) -> HashSet<u16> {
+pub(crate) fn listening_tcp_ports(inodes: &HashSet<u64>) -> HashSet<u16> {
     let mut ports = HashSet::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else { continue };

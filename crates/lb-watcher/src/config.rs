@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lb_config::{field_child as child, field_item as item, Diagnostic, Locations};
+use lb_config::{child, item, Diagnostic, Locations};
 
 use crate::Error;
 use raw::{RawConfig, RawService};

@@ -1,0 +1,180 @@
+//! lb-tls's configuration: the typed values the terminator runs on, and [`Config::load`].
+//!
+//! Reading goes text → raw serde structs (`raw`, unknown keys refused) → validated, typed
+//! values (`validate`), every problem located as `file:line:col: field.path: message` with
+//! lb-config's location machinery. Certificates are read and TLS contexts built while loading,
+//! so that `lb-tls -c` and a reload fail on a bad certificate or key, naming the file, before
+//! anything serves with it. The schema is documented in `docs/config-lb-tls.md`.
+
+mod raw;
+pub(crate) mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lb_config::{Diagnostic, Locations};
+use lb_supervisor::ListenAddr;
+
+use crate::context::Acceptor;
+use crate::Error;
+
+/// A loaded, validated configuration with its TLS contexts built.
+#[derive(Debug)]
+pub struct Config {
+    pub global: Global,
+    pub backend: Backend,
+    pub frontends: Vec<Frontend>,
+    /// Problems that do not stop the service (an unreadable PEM in a certificate directory, an
+    /// expired certificate), one line each, naming the file.
+    pub warnings: Vec<String>,
+}
+
+/// `global:`.
+#[derive(Debug, Clone)]
+pub struct Global {
+    pub control_socket: PathBuf,
+    pub user: Option<String>,
+    pub group: Option<String>,
+    pub worker_threads: Option<usize>,
+    pub max_old_workers: usize,
+    pub hard_stop_after: Option<Duration>,
+    pub worker_start_timeout: Duration,
+    /// Client connections at once, over all frontends; at the limit nothing more is accepted.
+    pub max_connections: usize,
+    /// The listen backlog each worker sets on its sockets (`None`: the master's, 4096).
+    pub backlog: Option<i32>,
+    /// TCP keepalive idle time on client connections (`None`: off).
+    pub tcp_keepalive: Option<Duration>,
+    pub handshake_timeout: Duration,
+    pub backend_connect_timeout: Duration,
+    /// Handshake-failure and backend-failure lines logged per second at most.
+    pub log_rate: u32,
+}
+
+/// Where plaintext goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for BackendAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendAddr::Tcp(a) => write!(f, "{a}"),
+            BackendAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The PROXY header written to the backend before the plaintext.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteProxy {
+    /// Binary v2 with the TLS facts as TLVs (ALPN, AUTHORITY, SSL).
+    V2,
+    /// Text v1: addresses only.
+    V1,
+    None,
+}
+
+/// `backend:`.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub address: BackendAddr,
+    pub write_proxy: WriteProxy,
+}
+
+/// TLS protocol versions, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Protocol {
+    Tls10,
+    Tls11,
+    Tls12,
+    Tls13,
+}
+
+impl Protocol {
+    pub(crate) const KEYWORDS: &'static [(&'static str, Protocol)] = &[
+        ("TLSv1.0", Protocol::Tls10),
+        ("TLSv1.1", Protocol::Tls11),
+        ("TLSv1.2", Protocol::Tls12),
+        ("TLSv1.3", Protocol::Tls13),
+    ];
+}
+
+/// Whether clients present a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCert {
+    None,
+    /// Asked for; a client without one is served, a certificate that does not verify is refused.
+    Optional,
+    Required,
+}
+
+/// One certificate entry: a PEM file with the key and chain, and its OCSP response file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertSource {
+    pub pem: PathBuf,
+    /// The DER OCSP response to staple; `None`: `<pem>.ocsp` when that file exists.
+    pub ocsp: Option<PathBuf>,
+}
+
+/// The TLS settings of one frontend (the global ones, with the frontend's own on top).
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub certificates: Vec<CertSource>,
+    pub cert_dirs: Vec<PathBuf>,
+    pub protocols: Vec<Protocol>,
+    pub ciphers: String,
+    pub ciphersuites: String,
+    pub prefer_server_ciphers: bool,
+    pub ecdh_curves: Option<String>,
+    pub alpn_protocols: Vec<String>,
+    pub sni_nomatch_abort: bool,
+    pub client_cert: ClientCert,
+    pub client_ca: Option<PathBuf>,
+    pub session_tickets: bool,
+}
+
+/// One listening address and how it terminates TLS.
+#[derive(Debug)]
+pub struct Frontend {
+    pub bind: ListenAddr,
+    /// Read a PROXY header (v1 or v2) sent by a load balancer in front, before the handshake,
+    /// and take the client address from it.
+    pub proxy_proxy: bool,
+    pub tls: TlsSettings,
+    pub(crate) acceptor: Arc<Acceptor>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`, reads every certificate and builds the TLS
+    /// contexts. Relative paths in it are taken from the file's directory.
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+        let base = std::path::absolute(path).ok().and_then(|p| p.parent().map(Path::to_path_buf));
+        let base = base.unwrap_or_else(|| PathBuf::from("."));
+        Config::parse_in(&text, &path.display().to_string(), &base)
+    }
+
+    /// Parses configuration text; `file_name` is only used in diagnostics, relative paths are
+    /// taken from `base`.
+    pub fn parse_in(text: &str, file_name: &str, base: &Path) -> Result<Config, Error> {
+        let locations = Locations::scan(text);
+        let raw: raw::RawConfig = serde_yaml::from_str(text)
+            .map_err(|e| Error::Invalid { diagnostics: lb_config::serde_diagnostics(&e, file_name, &locations) })?;
+        validate::validate(&raw, file_name, &locations, base).map_err(|diagnostics| Error::Invalid { diagnostics })
+    }
+
+    /// Every address the master binds, in configuration order.
+    pub fn listen_addrs(&self) -> Vec<ListenAddr> {
+        self.frontends.iter().map(|f| f.bind.clone()).collect()
+    }
+}
+
+pub(crate) fn diagnostic(file: &str, locations: &Locations, field: &str, message: String) -> Diagnostic {
+    let pos = locations.value(field);
+    Diagnostic { file: file.to_owned(), line: pos.line, column: pos.column, field: field.to_owned(), message }
+}

@@ -1,0 +1,394 @@
+//! Raw → typed: every problem is collected (not only the first), located at its field; then,
+//! when the text is sound, the certificates are read and the TLS contexts built, and their
+//! problems are located at the certificate entry that named the file.
+
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use lb_config::{child, item, parse_duration, Diagnostic, Locations};
+use lb_supervisor::ListenAddr;
+
+use super::raw::{RawBackend, RawCertificate, RawConfig, RawFrontend, RawGlobal, RawTls};
+use super::{diagnostic, Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol};
+use super::{TlsSettings, WriteProxy};
+
+/// Mozilla's "intermediate" TLS 1.2 list (server-side-tls v5.7).
+pub(crate) const DEFAULT_CIPHERS: &str = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:\
+ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:\
+ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-CHACHA20-POLY1305";
+/// OpenSSL's own TLS 1.3 default, which is also Mozilla's.
+pub(crate) const DEFAULT_CIPHERSUITES: &str =
+    "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+const MAX_CONNECTIONS: usize = 10_000;
+const MAX_OLD_WORKERS: usize = 10;
+const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const BACKEND_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const LOG_RATE: u32 = 10;
+
+pub(super) struct Ctx<'a> {
+    pub(super) file: &'a str,
+    pub(super) locations: &'a Locations,
+    pub(super) base: &'a Path,
+    pub(super) diagnostics: Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    pub(super) fn error(&mut self, field: &str, message: impl Into<String>) {
+        self.diagnostics.push(diagnostic(self.file, self.locations, field, message.into()));
+    }
+
+    fn duration(&mut self, parent: &str, key: &str, text: Option<&String>) -> Option<Duration> {
+        let field = child(parent, key);
+        match parse_duration(text?) {
+            Ok(d) if d.is_zero() || d > Duration::from_secs(86_400) => {
+                self.error(&field, "must be between 1ms and 24h");
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.error(&field, e);
+                None
+            }
+        }
+    }
+
+    fn int(&mut self, parent: &str, key: &str, value: Option<i64>, range: RangeInclusive<i64>) -> Option<i64> {
+        let value = value?;
+        if !range.contains(&value) {
+            self.error(&child(parent, key), format!("must be between {} and {}", range.start(), range.end()));
+            return None;
+        }
+        Some(value)
+    }
+
+    fn path(&mut self, field: &str, text: &str) -> Option<PathBuf> {
+        if text.trim().is_empty() {
+            self.error(field, "must not be empty");
+            return None;
+        }
+        Some(self.base.join(text))
+    }
+}
+
+pub(super) fn validate(
+    raw: &RawConfig,
+    file: &str,
+    locations: &Locations,
+    base: &Path,
+) -> Result<Config, Vec<Diagnostic>> {
+    let mut ctx = Ctx { file, locations, base, diagnostics: Vec::new() };
+    let global = global(&mut ctx, raw.global.as_ref());
+    let backend = backend(&mut ctx, raw.backend.as_ref());
+    let empty = RawTls::default();
+    let global_tls = raw.tls.as_ref().unwrap_or(&empty);
+    let mut frontends = Vec::new();
+    match raw.frontends.as_deref() {
+        None | Some([]) => ctx.error("frontends", "at least one frontend is required"),
+        Some(list) => {
+            for (i, fe) in list.iter().enumerate() {
+                if let Some(f) = frontend(&mut ctx, &item("frontends", i), fe, global_tls) {
+                    frontends.push(f);
+                }
+            }
+        }
+    }
+    for (i, (bind, _)) in frontends.iter().enumerate() {
+        if frontends[..i].iter().any(|(b, _)| b == bind) {
+            ctx.error(&child(&item("frontends", i), "bind"), format!("{bind} is bound by an earlier frontend"));
+        }
+    }
+    let (Some(global), Some(backend), true) = (global, backend, ctx.diagnostics.is_empty()) else {
+        ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
+        return Err(ctx.diagnostics);
+    };
+    // The text is sound: read the certificates and build the contexts.
+    let mut warnings = Vec::new();
+    let mut built = Vec::new();
+    for (i, (bind, (proxy_proxy, tls, fields))) in frontends.into_iter().enumerate() {
+        match crate::context::Acceptor::build(&tls, i, &fields, &mut warnings) {
+            Ok(acceptor) => built.push(Frontend { bind, proxy_proxy, tls, acceptor: std::sync::Arc::new(acceptor) }),
+            Err(problems) => {
+                for (field, message) in problems {
+                    ctx.error(&field, message);
+                }
+            }
+        }
+    }
+    if !ctx.diagnostics.is_empty() {
+        ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
+        return Err(ctx.diagnostics);
+    }
+    Ok(Config { global, backend, frontends: built, warnings })
+}
+
+fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
+    let path = "global";
+    let Some(raw) = raw else {
+        ctx.error(path, "global.control_socket is required (lb-tls and lb-proxy each need their own)");
+        return None;
+    };
+    let control_socket = match raw.control_socket.as_deref() {
+        Some(text) => ctx.path(&child(path, "control_socket"), text),
+        None => {
+            ctx.error(path, "control_socket is required (lb-tls and lb-proxy each need their own)");
+            None
+        }
+    };
+    let word = |ctx: &mut Ctx<'_>, key: &str, v: Option<&String>| match v {
+        Some(w) if w.trim().is_empty() || w.contains(char::is_whitespace) => {
+            ctx.error(&child(path, key), "must be one word");
+            None
+        }
+        other => other.cloned(),
+    };
+    let tcp_keepalive = match raw.tcp_keepalive.as_deref() {
+        Some("off") => None,
+        Some(_) => ctx.duration(path, "tcp_keepalive", raw.tcp_keepalive.as_ref()),
+        None => Some(Duration::from_secs(3600)),
+    };
+    Some(Global {
+        control_socket: control_socket?,
+        user: word(ctx, "user", raw.user.as_ref()),
+        group: word(ctx, "group", raw.group.as_ref()),
+        worker_threads: ctx.int(path, "worker_threads", raw.worker_threads, 1..=1024).map(|n| n as usize),
+        max_old_workers: ctx
+            .int(path, "max_old_workers", raw.max_old_workers, 0..=1000)
+            .map_or(MAX_OLD_WORKERS, |n| n as usize),
+        hard_stop_after: ctx.duration(path, "hard_stop_after", raw.hard_stop_after.as_ref()),
+        worker_start_timeout: ctx
+            .duration(path, "worker_start_timeout", raw.worker_start_timeout.as_ref())
+            .unwrap_or(WORKER_START_TIMEOUT),
+        max_connections: ctx
+            .int(path, "max_connections", raw.max_connections, 1..=10_000_000)
+            .map_or(MAX_CONNECTIONS, |n| n as usize),
+        backlog: ctx.int(path, "backlog", raw.backlog, 1..=65_535).map(|n| n as i32),
+        tcp_keepalive,
+        handshake_timeout: ctx
+            .duration(path, "handshake_timeout", raw.handshake_timeout.as_ref())
+            .unwrap_or(HANDSHAKE_TIMEOUT),
+        backend_connect_timeout: ctx
+            .duration(path, "backend_connect_timeout", raw.backend_connect_timeout.as_ref())
+            .unwrap_or(BACKEND_CONNECT_TIMEOUT),
+        log_rate: ctx.int(path, "log_rate", raw.log_rate, 0..=100_000).map_or(LOG_RATE, |n| n as u32),
+    })
+}
+
+fn backend(ctx: &mut Ctx<'_>, raw: Option<&RawBackend>) -> Option<Backend> {
+    let path = "backend";
+    let Some(raw) = raw else {
+        ctx.error(path, "backend.address is required");
+        return None;
+    };
+    let address = match raw.address.as_deref() {
+        None => {
+            ctx.error(path, "address is required");
+            None
+        }
+        Some(text) => match text.strip_prefix("unix:") {
+            Some(p) => ctx.path(&child(path, "address"), p).map(BackendAddr::Unix),
+            None => match text.parse::<SocketAddr>() {
+                Ok(a) => Some(BackendAddr::Tcp(a)),
+                Err(_) => {
+                    ctx.error(
+                        &child(path, "address"),
+                        format!("`{text}`: expected IP:port, [IPv6]:port or unix:/path"),
+                    );
+                    None
+                }
+            },
+        },
+    };
+    let write_proxy = match raw.write_proxy.as_deref() {
+        None | Some("v2") => Some(WriteProxy::V2),
+        Some("v1") => Some(WriteProxy::V1),
+        Some("none") => Some(WriteProxy::None),
+        Some(other) => {
+            ctx.error(&child(path, "write_proxy"), format!("`{other}`: expected v2, v1 or none"));
+            None
+        }
+    };
+    Some(Backend { address: address?, write_proxy: write_proxy? })
+}
+
+/// Where each TLS setting of a frontend was written, for the errors found while building it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFields {
+    pub(crate) certificates: Vec<String>,
+    pub(crate) cert_dirs: Vec<String>,
+    pub(crate) ciphers: String,
+    pub(crate) ciphersuites: String,
+    pub(crate) ecdh_curves: String,
+    pub(crate) client_ca: String,
+    pub(crate) frontend: String,
+}
+
+type FrontendParts = (ListenAddr, (bool, TlsSettings, TlsFields));
+
+fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, global: &RawTls) -> Option<FrontendParts> {
+    let bind = match raw.bind.as_deref() {
+        None => {
+            ctx.error(path, "bind is required");
+            None
+        }
+        Some(text) => match parse_bind(text, ctx.base) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                ctx.error(&child(path, "bind"), e);
+                None
+            }
+        },
+    };
+    let own = raw.tls.as_ref();
+    let own_path = child(path, "tls");
+    let (tls, fields) = tls_settings(ctx, path, own, &own_path, global)?;
+    Some((bind?, (raw.proxy_proxy.unwrap_or(false), tls, fields)))
+}
+
+/// `IP:port`, `[IPv6]:port`, `*:port` (IPv4 any) or `unix:/path`.
+fn parse_bind(text: &str, base: &Path) -> Result<ListenAddr, String> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        return Ok(ListenAddr::Unix(base.join(path)));
+    }
+    let text = text.strip_prefix("*:").map_or_else(|| text.to_owned(), |port| format!("0.0.0.0:{port}"));
+    text.parse::<SocketAddr>()
+        .map(ListenAddr::Tcp)
+        .map_err(|_| format!("`{text}`: expected IP:port, [IPv6]:port, *:port or unix:/path"))
+}
+
+/// A frontend's settings: each key from its own `tls:` when written there, else from the
+/// global `tls:`, else the default.
+fn tls_settings(
+    ctx: &mut Ctx<'_>,
+    frontend: &str,
+    own: Option<&RawTls>,
+    own_path: &str,
+    global: &RawTls,
+) -> Option<(TlsSettings, TlsFields)> {
+    macro_rules! pick {
+        ($field:ident) => {
+            match own.and_then(|t| t.$field.as_ref()) {
+                Some(v) => Some((v, child(own_path, stringify!($field)))),
+                None => global.$field.as_ref().map(|v| (v, child("tls", stringify!($field)))),
+            }
+        };
+    }
+    let mut ok = true;
+    let mut fields = TlsFields { frontend: frontend.to_owned(), ..TlsFields::default() };
+    let mut certificates = Vec::new();
+    if let Some((list, path)) = pick!(certificates) {
+        for (i, entry) in list.iter().enumerate() {
+            let field = item(&path, i);
+            let (pem, ocsp) = match entry {
+                RawCertificate::Path(p) => (p.as_str(), None),
+                RawCertificate::Full(f) => (f.pem.as_str(), f.ocsp.as_deref()),
+            };
+            let pem = ctx.path(&field, pem);
+            let ocsp = ocsp.and_then(|o| ctx.path(&child(&field, "ocsp"), o));
+            if let Some(pem) = pem {
+                certificates.push(CertSource { pem, ocsp });
+                fields.certificates.push(field);
+            } else {
+                ok = false;
+            }
+        }
+    }
+    let mut cert_dirs = Vec::new();
+    if let Some((list, path)) = pick!(cert_dirs) {
+        for (i, dir) in list.iter().enumerate() {
+            let field = item(&path, i);
+            if let Some(dir) = ctx.path(&field, dir) {
+                cert_dirs.push(dir);
+                fields.cert_dirs.push(field);
+            }
+        }
+    }
+    if certificates.is_empty() && cert_dirs.is_empty() && ok {
+        ctx.error(frontend, "no certificates: give tls.certificates or tls.cert_dirs (globally or in the frontend)");
+        ok = false;
+    }
+    let mut protocols = vec![Protocol::Tls12, Protocol::Tls13];
+    if let Some((list, path)) = pick!(protocols) {
+        protocols.clear();
+        for (i, word) in list.iter().enumerate() {
+            match Protocol::KEYWORDS.iter().find(|(k, _)| k == word) {
+                Some((_, p)) => protocols.push(*p),
+                None => {
+                    ctx.error(&item(&path, i), format!("`{word}`: expected TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3"));
+                    ok = false;
+                }
+            }
+        }
+        if list.is_empty() {
+            ctx.error(&path, "at least one protocol is required");
+            ok = false;
+        }
+        protocols.sort();
+        protocols.dedup();
+    }
+    let (ciphers, path) =
+        pick!(ciphers).map_or((DEFAULT_CIPHERS.to_owned(), "tls.ciphers".to_owned()), |(c, p)| (c.clone(), p));
+    fields.ciphers = path;
+    let (ciphersuites, path) = pick!(ciphersuites)
+        .map_or((DEFAULT_CIPHERSUITES.to_owned(), "tls.ciphersuites".to_owned()), |(c, p)| (c.clone(), p));
+    fields.ciphersuites = path;
+    let ecdh_curves = pick!(ecdh_curves).map(|(c, p)| {
+        fields.ecdh_curves = p;
+        c.clone()
+    });
+    let mut alpn_protocols = Vec::new();
+    if let Some((list, path)) = pick!(alpn_protocols) {
+        for (i, p) in list.iter().enumerate() {
+            if p.is_empty() || p.len() > 255 {
+                ctx.error(&item(&path, i), "an ALPN protocol name is 1 to 255 bytes");
+                ok = false;
+            } else {
+                alpn_protocols.push(p.clone());
+            }
+        }
+    }
+    let client_cert = match pick!(client_cert) {
+        None => ClientCert::None,
+        Some((word, path)) => match word.as_str() {
+            "none" => ClientCert::None,
+            "optional" => ClientCert::Optional,
+            "required" => ClientCert::Required,
+            other => {
+                ctx.error(&path, format!("`{other}`: expected none, optional or required"));
+                ok = false;
+                ClientCert::None
+            }
+        },
+    };
+    let client_ca = match pick!(client_ca) {
+        Some((text, path)) => {
+            fields.client_ca = path.clone();
+            ctx.path(&path, text)
+        }
+        None => None,
+    };
+    if client_cert != ClientCert::None && client_ca.is_none() {
+        ctx.error(
+            frontend,
+            "client_cert optional or required needs tls.client_ca (the CA file clients are verified with)",
+        );
+        ok = false;
+    }
+    let settings = TlsSettings {
+        certificates,
+        cert_dirs,
+        protocols,
+        ciphers,
+        ciphersuites,
+        prefer_server_ciphers: pick!(prefer_server_ciphers).is_some_and(|(v, _)| *v),
+        ecdh_curves,
+        alpn_protocols,
+        sni_nomatch_abort: pick!(sni_nomatch_abort).is_some_and(|(v, _)| *v),
+        client_cert,
+        client_ca,
+        session_tickets: pick!(session_tickets).is_none_or(|(v, _)| *v),
+    };
+    ok.then_some((settings, fields))
+}

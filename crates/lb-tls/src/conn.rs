@@ -1,0 +1,176 @@
+//! One client connection: the optional PROXY header from a load balancer in front, the TLS
+//! handshake (both within `handshake_timeout`), the backend connection (within
+//! `backend_connect_timeout`), the PROXY header to the backend, then a bidirectional copy with
+//! half-close until both directions are done, or a hard stop.
+//!
+//! The backend is connected only after the handshake succeeded: a failed handshake never shows
+//! up at lb-proxy as a connection without a PROXY header.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lb_supervisor::Shutdown;
+use openssl::ssl::Ssl;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_openssl::SslStream;
+
+use crate::config::{BackendAddr, WriteProxy};
+use crate::proxy_header;
+use crate::serve::{Admission, Shared};
+
+/// An accepted client socket.
+#[derive(Debug)]
+pub(crate) enum Client {
+    Tcp { stream: TcpStream, peer: SocketAddr, local: Option<SocketAddr> },
+    Unix(UnixStream),
+}
+
+/// How long a close_notify to a client we are dropping may take.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+pub(crate) async fn handle(
+    admission: Admission,
+    shared: Arc<Shared>,
+    frontend: usize,
+    client: Client,
+    mut shutdown: Shutdown,
+) {
+    tokio::select! {
+        _ = async {
+            match client {
+                Client::Tcp { stream, peer, local } => serve(&shared, frontend, stream, Some(peer), local).await,
+                Client::Unix(stream) => serve(&shared, frontend, stream, None, None).await,
+            }
+        } => {}
+        _ = shutdown.stopped() => {}
+    }
+    drop(admission);
+}
+
+async fn serve<S>(shared: &Shared, frontend: usize, mut stream: S, peer: Option<SocketAddr>, local: Option<SocketAddr>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let config = &shared.config;
+    let fe = &config.frontends[frontend];
+    let started = Instant::now();
+    let timeout = config.global.handshake_timeout;
+    let who = |client: Option<SocketAddr>| client.map_or_else(|| "unix".to_owned(), |c| c.to_string());
+    let handshake = async {
+        let received = match fe.proxy_proxy {
+            true => Some(proxy_header::read(&mut stream).await?),
+            false => None,
+        };
+        let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| e.to_string())?;
+        let mut tls = SslStream::new(ssl, stream).map_err(|e| e.to_string())?;
+        match Pin::new(&mut tls).accept().await {
+            Ok(()) => Ok((received, tls)),
+            Err(e) => Err(handshake_reason(&e, tls.ssl().servername(openssl::ssl::NameType::HOST_NAME))),
+        }
+    };
+    let (received, mut tls) = match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(reason)) => {
+            shared.handshake_log.warn("handshake failures", || {
+                format!("handshake failed: client {} on {}: {reason}", who(peer), fe.bind)
+            });
+            return;
+        }
+        Err(_) => {
+            shared.handshake_log.warn("handshake failures", || {
+                format!("handshake failed: client {} on {}: no handshake within {timeout:?}", who(peer), fe.bind)
+            });
+            return;
+        }
+    };
+    let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
+        Some((client, local)) => (Some(client), Some(local)),
+        None => (peer, local),
+    };
+    let header = match config.backend.write_proxy {
+        WriteProxy::V2 => proxy_header::v2(client, local, tls.ssl()),
+        WriteProxy::V1 => proxy_header::v1(client, local),
+        // Passed on as received, so the backend still learns the real client.
+        WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
+    };
+    let address = &config.backend.address;
+    let connect_timeout = config.global.backend_connect_timeout;
+    let failed = |reason: String| {
+        shared.backend_log.warn("backend failures", || {
+            format!(
+                "backend {address} {reason}: closing client {} on {} after {} ms",
+                who(client),
+                fe.bind,
+                started.elapsed().as_millis()
+            )
+        });
+    };
+    match address {
+        BackendAddr::Tcp(a) => match tokio::time::timeout(connect_timeout, TcpStream::connect(a)).await {
+            Ok(Ok(backend)) => {
+                let _ = backend.set_nodelay(true);
+                forward(tls, backend, &header).await;
+            }
+            Ok(Err(e)) => {
+                failed(format!("refused the connection ({e})"));
+                close(&mut tls).await;
+            }
+            Err(_) => {
+                failed(format!("did not accept within {connect_timeout:?}"));
+                close(&mut tls).await;
+            }
+        },
+        BackendAddr::Unix(p) => match tokio::time::timeout(connect_timeout, UnixStream::connect(p)).await {
+            Ok(Ok(backend)) => forward(tls, backend, &header).await,
+            Ok(Err(e)) => {
+                failed(format!("refused the connection ({e})"));
+                close(&mut tls).await;
+            }
+            Err(_) => {
+                failed(format!("did not accept within {connect_timeout:?}"));
+                close(&mut tls).await;
+            }
+        },
+    }
+}
+
+/// Why a handshake failed, in words an operator can act on: OpenSSL's reasons (`no shared
+/// cipher`, `unsupported protocol`, `tlsv1 alert unknown ca`…), or what the client did.
+fn handshake_reason(e: &openssl::ssl::Error, sni: Option<&str>) -> String {
+    let what = match (e.ssl_error(), e.io_error()) {
+        (Some(stack), _) => {
+            let reasons: Vec<String> =
+                stack.errors().iter().map(|err| err.reason().map_or_else(|| err.to_string(), str::to_owned)).collect();
+            reasons.join("; ")
+        }
+        (None, Some(io)) => format!("connection error: {io}"),
+        (None, None) if e.code() == openssl::ssl::ErrorCode::SYSCALL => "client closed the connection".to_owned(),
+        (None, None) => e.to_string(),
+    };
+    match sni {
+        Some(name) => format!("{what} (SNI {name})"),
+        None => what,
+    }
+}
+
+/// A close_notify, then the socket closes when `tls` drops.
+async fn close<S: AsyncRead + AsyncWrite + Unpin>(tls: &mut SslStream<S>) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, Pin::new(tls).shutdown()).await;
+}
+
+/// The header, then both directions until each has ended (a finished direction shuts the
+/// other side's write half down: half-close is kept).
+async fn forward<S, B>(mut tls: SslStream<S>, mut backend: B, header: &[u8])
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    if !header.is_empty() && backend.write_all(header).await.is_err() {
+        close(&mut tls).await;
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut tls, &mut backend).await;
+}

@@ -1,0 +1,46 @@
+//! lb-tls terminates TLS for the lb stack: it listens on the public HTTPS port, completes the
+//! handshake with OpenSSL (certificates chosen by SNI, OCSP stapling, client certificates,
+//! ALPN) and forwards the plaintext to lb-proxy over localhost, behind a PROXY v2 header that
+//! carries the client address and the TLS facts. It does what hitch does, and reloads the way
+//! lb-proxy does.
+//!
+//! The binary `lb-tls` is lb-supervisor's master and workers ([`TlsDaemon`]): the master binds
+//! the frontend sockets and passes them by fd to each worker, which serves them with [`start`].
+//! A reload (`lbctl reload`, SIGHUP) starts a worker on the configuration and certificate files
+//! as they are then; a file that does not load fails the reload and leaves the current worker
+//! serving. Tests may call [`run`] with port-0 sockets.
+//!
+//! Main types: [`TlsDaemon`], [`Config`] (loaded with its TLS contexts built), [`Server`],
+//! [`Error`].
+//!
+//! # Layout
+//! - `config`: the schema (`raw` serde structs, `validate` with `file:line:col` diagnostics)
+//!   and the typed values.
+//! - `certs`: PEM files (key, chain), certificate directories, host names, OCSP responses.
+//! - `sni`: exact > wildcard > default certificate selection.
+//! - `context`: OpenSSL contexts per certificate and the servername switch.
+//! - `serve`: accept loops, the connection limit, the drain.
+//! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
+//! - `proxy_header`: PROXY v1/v2 written (with TLVs) and read (`proxy_proxy`).
+//! - `ratelog`: failure lines at a bounded rate.
+//! - `daemon`: [`TlsDaemon`], what lb-supervisor runs.
+#![forbid(unsafe_code)]
+
+mod certs;
+mod config;
+mod conn;
+mod context;
+mod daemon;
+mod error;
+mod proxy_header;
+mod ratelog;
+mod serve;
+mod sni;
+
+pub use config::{
+    Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol, TlsSettings, WriteProxy,
+};
+pub use daemon::TlsDaemon;
+pub use error::Error;
+pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
+pub use serve::{run, start, Server};

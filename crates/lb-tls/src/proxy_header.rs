@@ -1,0 +1,196 @@
+//! PROXY protocol headers: the one lb-tls writes to the backend (v2 with the TLS facts as
+//! hitch sends them, or v1), and the one it reads from a load balancer in front
+//! (`proxy_proxy`).
+//!
+//! v2 TLVs written: `PP2_TYPE_ALPN` (the negotiated protocol), `PP2_TYPE_AUTHORITY` (the SNI
+//! host name), and `PP2_TYPE_SSL` with the client flags, the verify result and the sub-TLVs
+//! `SSL_VERSION`, `SSL_CN` (client certificate subject CN), `SSL_CIPHER`, `SSL_SIG_ALG` and
+//! `SSL_KEY_ALG` (of the server certificate).
+
+use std::net::SocketAddr;
+
+use openssl::ssl::SslRef;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+const PP2_TYPE_ALPN: u8 = 0x01;
+const PP2_TYPE_AUTHORITY: u8 = 0x02;
+const PP2_TYPE_SSL: u8 = 0x20;
+const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
+const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
+const PP2_SUBTYPE_SSL_SIG_ALG: u8 = 0x24;
+const PP2_SUBTYPE_SSL_KEY_ALG: u8 = 0x25;
+const PP2_CLIENT_SSL: u8 = 0x01;
+const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+const PP2_CLIENT_CERT_SESS: u8 = 0x04;
+/// The longest v1 line, CRLF included.
+const V1_MAX_LEN: usize = 107;
+
+/// A v1 header: addresses only.
+pub(crate) fn v1(client: Option<SocketAddr>, local: Option<SocketAddr>) -> Vec<u8> {
+    match (client, local) {
+        (Some(SocketAddr::V4(c)), Some(SocketAddr::V4(l))) => {
+            format!("PROXY TCP4 {} {} {} {}\r\n", c.ip(), l.ip(), c.port(), l.port()).into_bytes()
+        }
+        (Some(SocketAddr::V6(c)), Some(SocketAddr::V6(l))) => {
+            format!("PROXY TCP6 {} {} {} {}\r\n", c.ip(), l.ip(), c.port(), l.port()).into_bytes()
+        }
+        _ => b"PROXY UNKNOWN\r\n".to_vec(),
+    }
+}
+
+/// A v2 header for a terminated TLS connection.
+pub(crate) fn v2(client: Option<SocketAddr>, local: Option<SocketAddr>, ssl: &SslRef) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(V2_SIGNATURE);
+    out.push(0x21); // version 2, PROXY
+    match (client, local) {
+        (Some(SocketAddr::V4(c)), Some(SocketAddr::V4(l))) => {
+            out.extend_from_slice(&[0x11, 0, 0]);
+            out.extend_from_slice(&c.ip().octets());
+            out.extend_from_slice(&l.ip().octets());
+            out.extend_from_slice(&c.port().to_be_bytes());
+            out.extend_from_slice(&l.port().to_be_bytes());
+        }
+        (Some(SocketAddr::V6(c)), Some(SocketAddr::V6(l))) => {
+            out.extend_from_slice(&[0x21, 0, 0]);
+            out.extend_from_slice(&c.ip().octets());
+            out.extend_from_slice(&l.ip().octets());
+            out.extend_from_slice(&c.port().to_be_bytes());
+            out.extend_from_slice(&l.port().to_be_bytes());
+        }
+        // A Unix-socket client: no addresses, the TLVs still tell the TLS facts.
+        _ => out.extend_from_slice(&[0x00, 0, 0]),
+    }
+    if let Some(alpn) = ssl.selected_alpn_protocol() {
+        tlv(&mut out, PP2_TYPE_ALPN, alpn);
+    }
+    if let Some(sni) = ssl.servername_raw(openssl::ssl::NameType::HOST_NAME) {
+        tlv(&mut out, PP2_TYPE_AUTHORITY, sni);
+    }
+    ssl_tlv(&mut out, ssl);
+    let len = (out.len() - 16) as u16;
+    out[14..16].copy_from_slice(&len.to_be_bytes());
+    out
+}
+
+fn tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
+    let len = value.len().min(usize::from(u16::MAX));
+    out.push(kind);
+    out.extend_from_slice(&(len as u16).to_be_bytes());
+    out.extend_from_slice(&value[..len]);
+}
+
+fn ssl_tlv(out: &mut Vec<u8>, ssl: &SslRef) {
+    out.push(PP2_TYPE_SSL);
+    let len_at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    let peer = ssl.peer_certificate();
+    let mut client = PP2_CLIENT_SSL;
+    if peer.is_some() {
+        client |= PP2_CLIENT_CERT_SESS;
+        if !ssl.session_reused() {
+            client |= PP2_CLIENT_CERT_CONN;
+        }
+    }
+    out.push(client);
+    // Zero when a client certificate was presented and verified, as the protocol defines.
+    let verified = peer.is_some() && ssl.verify_result() == openssl::x509::X509VerifyResult::OK;
+    out.extend_from_slice(&u32::from(!verified).to_be_bytes());
+    tlv(out, PP2_SUBTYPE_SSL_VERSION, ssl.version_str().as_bytes());
+    if let Some(cn) = peer.as_ref().and_then(|c| c.subject_name().entries_by_nid(openssl::nid::Nid::COMMONNAME).next())
+    {
+        tlv(out, PP2_SUBTYPE_SSL_CN, cn.data().as_slice());
+    }
+    if let Some(cipher) = ssl.current_cipher() {
+        tlv(out, PP2_SUBTYPE_SSL_CIPHER, cipher.name().as_bytes());
+    }
+    if let Some(cert) = ssl.certificate() {
+        tlv(
+            out,
+            PP2_SUBTYPE_SSL_SIG_ALG,
+            cert.signature_algorithm().object().nid().short_name().unwrap_or("").as_bytes(),
+        );
+        if let Ok(key) = cert.public_key() {
+            let kind = match key.id() {
+                openssl::pkey::Id::RSA => "RSA",
+                openssl::pkey::Id::EC => "EC",
+                openssl::pkey::Id::ED25519 => "ED",
+                _ => "",
+            };
+            let mut text = [0u8; 16];
+            let written = {
+                use std::io::Write;
+                let mut cursor = std::io::Cursor::new(&mut text[..]);
+                let _ = write!(cursor, "{kind}{}", key.bits());
+                cursor.position() as usize
+            };
+            tlv(out, PP2_SUBTYPE_SSL_KEY_ALG, &text[..written]);
+        }
+    }
+    let len = (out.len() - len_at - 2) as u16;
+    out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
+}
+
+/// A PROXY header received from a load balancer in front: its exact bytes and what it says.
+#[derive(Debug)]
+pub(crate) struct Received {
+    pub(crate) bytes: Vec<u8>,
+    /// The real client and the address it connected to; `None` for `LOCAL`/`UNKNOWN`.
+    pub(crate) addresses: Option<(SocketAddr, SocketAddr)>,
+}
+
+/// Reads one v1 or v2 header, and exactly its bytes: the TLS ClientHello follows.
+pub(crate) async fn read<S: AsyncRead + Unpin>(io: &mut S) -> Result<Received, String> {
+    let io_err = |e: std::io::Error| format!("reading the PROXY header: {e}");
+    let mut bytes = vec![0u8; 16];
+    io.read_exact(&mut bytes[..8]).await.map_err(io_err)?;
+    if bytes.starts_with(&V2_SIGNATURE[..8]) {
+        io.read_exact(&mut bytes[8..16]).await.map_err(io_err)?;
+        let len = usize::from(u16::from_be_bytes([bytes[14], bytes[15]]));
+        bytes.resize(16 + len, 0);
+        io.read_exact(&mut bytes[16..]).await.map_err(io_err)?;
+        let header =
+            ppp::v2::Header::try_from(bytes.as_slice()).map_err(|e| format!("malformed PROXY v2 header: {e}"))?;
+        let addresses = match header.addresses {
+            ppp::v2::Addresses::IPv4(a) => Some((
+                SocketAddr::from((a.source_address, a.source_port)),
+                SocketAddr::from((a.destination_address, a.destination_port)),
+            )),
+            ppp::v2::Addresses::IPv6(a) => Some((
+                SocketAddr::from((a.source_address, a.source_port)),
+                SocketAddr::from((a.destination_address, a.destination_port)),
+            )),
+            _ => None,
+        };
+        let addresses = if header.command == ppp::v2::Command::Local { None } else { addresses };
+        Ok(Received { bytes, addresses })
+    } else if bytes.starts_with(b"PROXY ") {
+        bytes.truncate(8);
+        while bytes.last() != Some(&b'\n') {
+            if bytes.len() >= V1_MAX_LEN {
+                return Err(format!("malformed PROXY v1 header: no CRLF within {V1_MAX_LEN} bytes"));
+            }
+            let mut one = [0u8; 1];
+            io.read_exact(&mut one).await.map_err(io_err)?;
+            bytes.push(one[0]);
+        }
+        let header =
+            ppp::v1::Header::try_from(bytes.as_slice()).map_err(|e| format!("malformed PROXY v1 header: {e}"))?;
+        let addresses = match header.addresses {
+            ppp::v1::Addresses::Tcp4(a) => Some((
+                SocketAddr::from((a.source_address, a.source_port)),
+                SocketAddr::from((a.destination_address, a.destination_port)),
+            )),
+            ppp::v1::Addresses::Tcp6(a) => Some((
+                SocketAddr::from((a.source_address, a.source_port)),
+                SocketAddr::from((a.destination_address, a.destination_port)),
+            )),
+            ppp::v1::Addresses::Unknown => None,
+        };
+        Ok(Received { bytes, addresses })
+    } else {
+        Err("missing PROXY header (proxy_proxy is set on this frontend)".to_owned())
+    }
+}

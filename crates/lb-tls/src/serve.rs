@@ -1,0 +1,191 @@
+//! The running terminator: one accept loop per frontend socket, a global connection limit
+//! taken *before* `accept()` (at the limit, connections wait in the kernel's backlog), and the
+//! drain: stop accepting, let every connection finish, or end them all on a hard stop.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lb_supervisor::{Listener, Listeners, Shutdown};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::conn::{self, Client};
+use crate::ratelog::RateLimited;
+use crate::Error;
+
+/// What every connection of a serving process shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Arc<Config>,
+    pub(crate) handshake_log: RateLimited,
+    pub(crate) backend_log: RateLimited,
+    conns: AtomicUsize,
+    limit: Arc<Semaphore>,
+}
+
+/// A started terminator.
+#[derive(Debug)]
+pub struct Server {
+    shared: Arc<Shared>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Client connections open now (handshaking or forwarding).
+    pub fn connections(&self) -> usize {
+        self.shared.conns.load(Ordering::Relaxed)
+    }
+
+    /// A counter of open client connections that outlives `self`.
+    pub fn connections_counter(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.conns.load(Ordering::Relaxed) as u64
+    }
+
+    /// Resolves once the shutdown has been carried out.
+    pub async fn wait(self) {
+        let _ = self.done.await;
+    }
+}
+
+/// Held for the life of one client connection.
+#[derive(Debug)]
+pub(crate) struct Admission {
+    shared: Arc<Shared>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.shared.conns.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serve `config` on `listeners` until `shutdown` says to stop.
+pub async fn run(listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<(), Error> {
+    start(listeners, shutdown, config).await?.wait().await;
+    Ok(())
+}
+
+/// Start serving; returns once every frontend socket accepts. Every frontend must find its
+/// socket in `listeners`.
+pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<Server, Error> {
+    let mut sockets = Vec::new();
+    for (index, fe) in config.frontends.iter().enumerate() {
+        let listener = listeners.take(&fe.bind).ok_or_else(|| Error::MissingListener { address: fe.bind.clone() })?;
+        let listener_error = |source| Error::Listener { address: fe.bind.clone(), source };
+        if let (Some(backlog), Listener::Tcp(l)) = (config.global.backlog, &listener) {
+            // listen() again on a listening socket only changes its backlog.
+            socket2::SockRef::from(l).listen(backlog).map_err(listener_error)?;
+        }
+        sockets.push((index, AsyncListener::from_std(listener).map_err(listener_error)?));
+    }
+    drop(listeners);
+    let shared = Arc::new(Shared {
+        handshake_log: RateLimited::new(config.global.log_rate),
+        backend_log: RateLimited::new(config.global.log_rate),
+        conns: AtomicUsize::new(0),
+        limit: Arc::new(Semaphore::new(config.global.max_connections)),
+        config,
+    });
+    let tracker = TaskTracker::new();
+    let loops: Vec<_> = sockets
+        .into_iter()
+        .map(|(index, listener)| {
+            tokio::spawn(accept_loop(shared.clone(), index, listener, shutdown.clone(), tracker.clone()))
+        })
+        .collect();
+    let mut stop = shutdown;
+    let done = tokio::spawn(async move {
+        for accept in loops {
+            let _ = accept.await;
+        }
+        tracker.close();
+        tokio::select! {
+            _ = tracker.wait() => {}
+            _ = stop.stopped() => {}
+        }
+    });
+    Ok(Server { shared, done })
+}
+
+#[derive(Debug)]
+enum AsyncListener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl AsyncListener {
+    fn from_std(listener: Listener) -> std::io::Result<Self> {
+        Ok(match listener {
+            Listener::Tcp(l) => {
+                l.set_nonblocking(true)?;
+                AsyncListener::Tcp(tokio::net::TcpListener::from_std(l)?)
+            }
+            Listener::Unix(l) => {
+                l.set_nonblocking(true)?;
+                AsyncListener::Unix(tokio::net::UnixListener::from_std(l)?)
+            }
+        })
+    }
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    frontend: usize,
+    listener: AsyncListener,
+    mut shutdown: Shutdown,
+    tracker: TaskTracker,
+) {
+    let keepalive = shared.config.global.tcp_keepalive;
+    loop {
+        let permit = tokio::select! {
+            biased;
+            _ = shutdown.draining() => break,
+            p = shared.limit.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.draining() => break,
+            r = accept(&listener, keepalive) => r,
+        };
+        match accepted {
+            Ok(client) => {
+                shared.conns.fetch_add(1, Ordering::Relaxed);
+                let admission = Admission { shared: shared.clone(), _permit: permit };
+                tracker.spawn(conn::handle(admission, shared.clone(), frontend, client, shutdown.clone()));
+            }
+            Err(e) => {
+                drop(permit);
+                let bind = &shared.config.frontends[frontend].bind;
+                tracing::warn!(frontend = %bind, "accept failed: {e}");
+                if is_resource_error(&e) {
+                    // Out of fds or memory: back off instead of spinning; the kernel keeps queueing.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn accept(listener: &AsyncListener, keepalive: Option<Duration>) -> std::io::Result<Client> {
+    match listener {
+        AsyncListener::Tcp(l) => {
+            let (stream, peer) = l.accept().await?;
+            let _ = stream.set_nodelay(true);
+            if let Some(idle) = keepalive {
+                let _ =
+                    socket2::SockRef::from(&stream).set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(idle));
+            }
+            let local = stream.local_addr().ok();
+            Ok(Client::Tcp { stream, peer, local })
+        }
+        AsyncListener::Unix(l) => Ok(Client::Unix(l.accept().await?.0)),
+    }
+}
+
+fn is_resource_error(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12)) // ENFILE, EMFILE, ENOBUFS, ENOMEM
+}

@@ -50,6 +50,13 @@ pub mod notify;
 pub mod procfs;
 mod proxy;
 pub mod raw;
+pub mod runtime;
+pub mod sclient;
+mod server;
+mod tcp;
+mod tls;
+mod watcher;
+pub mod zookeeper;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -62,6 +69,8 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
+pub use tls::{run_lb_tls, TlsProcess};
+pub use watcher::WatcherProcess;
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

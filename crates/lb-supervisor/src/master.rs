@@ -173,6 +173,9 @@ impl Master {
         let sockets: BTreeMap<ListenAddr, Listener> = crate::bind_all(&plan.listen)?.into_iter().collect();
         let control = control::bind(&plan.control_socket)?;
         let runtime_unix = endpoints.socket.as_deref().map(control::bind).transpose()?;
+        let unix_sockets: Vec<&std::path::Path> =
+            std::iter::once(plan.control_socket.as_path()).chain(endpoints.socket.as_deref()).collect();
+        privileges::give_sockets(&unix_sockets, plan.user.as_deref(), plan.group.as_deref())?;
         let runtime_tcp = match endpoints.tcp {
             Some(address) => Some(
                 runtime::bind_tcp(address)

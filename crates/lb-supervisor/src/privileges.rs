@@ -6,7 +6,9 @@
 //! privilege; that is the operator's trade-off to make.
 
 use nix::errno::Errno;
-use nix::unistd::{getegid, geteuid, setgid, setuid, Gid, Group, Uid, User};
+use std::path::Path;
+
+use nix::unistd::{chown, getegid, geteuid, setgid, setuid, Gid, Group, Uid, User};
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
@@ -75,6 +77,40 @@ fn lookup_group(name: &str) -> Result<Gid, Error> {
         Ok(Some(group)) => Ok(group.gid),
         Ok(None) => Err(Error::Privileges { what: format!("global.group: no group {name:?}"), source: Errno::ENOENT }),
         Err(source) => Err(Error::Privileges { what: format!("global.group: looking up {name:?}"), source }),
+    }
+}
+
+/// A master running as root gives its control and runtime sockets to `user`/`group` (as
+/// HAProxy's `stats socket … user … group …`), so that lbctl and lb-watcher running as that
+/// unprivileged user reach them: the socket stays mode 0600, now owned by that user. Nothing to
+/// do when not root (the sockets already belong to whoever runs the master) or when no user or
+/// group is configured.
+pub(crate) fn give_sockets(paths: &[&Path], user: Option<&str>, group: Option<&str>) -> Result<(), Error> {
+    if !geteuid().is_root() || (user.is_none() && group.is_none()) {
+        return Ok(());
+    }
+    let user = user.map(lookup_user).transpose()?;
+    let gid = match (group, &user) {
+        (Some(name), _) => Some(lookup_group(name)?),
+        (None, Some(user)) => Some(user.gid),
+        (None, None) => None,
+    };
+    let uid = user.map(|u| u.uid);
+    for path in paths {
+        chown(*path, uid, gid).map_err(|source| Error::Privileges {
+            what: format!("giving {} to {}", path.display(), describe(uid, gid)),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn describe(uid: Option<Uid>, gid: Option<Gid>) -> String {
+    match (uid, gid) {
+        (Some(uid), Some(gid)) => format!("uid {uid} gid {gid}"),
+        (Some(uid), None) => format!("uid {uid}"),
+        (None, Some(gid)) => format!("gid {gid}"),
+        (None, None) => "nobody".to_owned(),
     }
 }
 
@@ -151,6 +187,27 @@ mod tests {
 
     /// The real switch, in a child process (this test binary run again for just this test), so
     /// that the test process itself keeps its privileges.
+    #[test]
+    fn sockets_go_to_the_configured_user_when_root() {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(Some(nobody)) = User::from_name("nobody") else { return };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let owner_before = std::fs::metadata(&path).expect("stat").uid();
+        give_sockets(&[path.as_path()], Some("nobody"), None).expect("give_sockets");
+        let meta = std::fs::metadata(&path).expect("stat");
+        if geteuid().is_root() {
+            assert_eq!((meta.uid(), meta.gid()), (nobody.uid.as_raw(), nobody.gid.as_raw()));
+        } else {
+            assert_eq!(meta.uid(), owner_before, "not root: left as it is");
+        }
+        // No user configured: nothing changes.
+        give_sockets(&[path.as_path()], None, None).expect("nothing to do");
+        let err = give_sockets(&[path.as_path()], Some("lb-no-such-user"), None);
+        assert_eq!(err.is_err(), geteuid().is_root(), "an unknown user is an error when there is work to do");
+    }
+
     #[test]
     fn drops_to_nobody_in_a_child() {
         const CHILD: &str = "LB_SUPERVISOR_TEST_DROP_CHILD";

@@ -139,6 +139,16 @@ async fn show_stat_is_haproxys_csv() {
     // Columns lb-proxy does not have are empty, never made up.
     assert_eq!((a1["cookie"].as_str(), a1["agent_status"].as_str(), fe["comp_in"].as_str()), ("", "", ""));
 
+    // HAProxy's selection: proxy (id or name), type mask, server id.
+    let names = |line: &str| -> Vec<String> {
+        let (_, rows) = parse_stat_csv(&proxy.runtime(line)).unwrap_or_default();
+        rows.iter().map(|r| format!("{}/{}", r["pxname"], r["svname"])).collect()
+    };
+    assert_eq!(names("show stat -1 4 -1"), ["api/a1", "api/a2", "api/a3"]);
+    assert_eq!(names("show stat api 2 -1"), ["api/BACKEND"]);
+    assert_eq!(names("show stat -1 1 -1"), ["web/FRONTEND"]);
+    assert_eq!(names("show stat 2 -1 2"), ["api/a2"]);
+
     proxy.runtime("set server api/a2 state drain; disable server api/a1");
     let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
     assert_eq!(row(&rows, "api", "a1")["status"], "MAINT");

@@ -230,3 +230,27 @@ async fn metrics_parse_and_counters_survive_reloads() {
         .await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_chain_through_back_to_back_reloads() {
+    let (s1, s2) = (TestServer::start("a1"), TestServer::start("a2"));
+    let proxy = ProxyProcess::start_with(2, config(&s1, &s2));
+    let mut sent = 0u64;
+    for round in 0..8 {
+        for _ in 0..5 {
+            assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
+            sent += 1;
+        }
+        // Two reloads at once: the second worker is asked for its counters before (or while)
+        // it gets its predecessor's.
+        let (a, b) = tokio::join!(proxy.reload(), proxy.reload());
+        a.unwrap_or_else(|e| panic!("reload {round}: {e}"));
+        b.unwrap_or_else(|e| panic!("reload {round}: {e}"));
+    }
+    let count = || metrics(&proxy).value("lb_proxy_frontend_requests_total", &[("frontend", "web")]);
+    assert!(
+        wait_until(Duration::from_secs(10), || count() == Some(sent as f64)).await,
+        "{:?} requests counted, {sent} sent",
+        count()
+    );
+}

@@ -299,3 +299,23 @@ async fn shutdown_sessions_closes_tcp_sessions() {
     assert!(started.elapsed() < Duration::from_secs(4));
     assert!(rest.is_empty(), "nothing more comes: {rest:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_follow_membership() {
+    let s1 = TestServer::start("s1");
+    let s3 = TestServer::start("s3");
+    let proxy = ProxyProcess::start_with(1, config(&s1));
+    ok(&proxy, &format!("add server be/s3 {} check", s3.addr())).await;
+    // In maintenance: not checked.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s3.hits_for("/ping"), 0, "a server in maintenance is not checked");
+    ok(&proxy, "enable server be/s3").await;
+    assert!(wait_until(Duration::from_secs(5), || s3.hits_for("/ping") >= 3).await, "checked once enabled");
+    // Deleted from drain (where checks go on): its checks stop.
+    ok(&proxy, "set server be/s3 state drain").await;
+    ok(&proxy, "del server be/s3").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = s3.hits_for("/ping");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(s3.hits_for("/ping"), after, "no check after the server was deleted (interval 200 ms)");
+}

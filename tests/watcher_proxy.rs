@@ -153,9 +153,9 @@ async fn a_server_deregistering_under_load_costs_no_request_and_no_new_worker() 
 
 /// `srv_admin_state` of `server` in backend `api` of the running lb-proxy (`None`: not there).
 async fn running_state(proxy: &ProxyProcess, server: &str) -> Option<u32> {
-    let out = proxy.lbctl(&["show", "servers", "state", "api"]).await;
-    assert_eq!(out.code, Some(0), "show servers state: {out}");
-    let rows = lb_testkit::runtime::parse_servers_state(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let out =
+        proxy.runtime_command("show servers state api").await.unwrap_or_else(|e| panic!("show servers state: {e}"));
+    let rows = lb_testkit::runtime::parse_servers_state(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     rows.iter()
         .find(|r| r.get("srv_name").map(String::as_str) == Some(server))
         .and_then(|r| r.get("srv_admin_state")?.parse().ok())

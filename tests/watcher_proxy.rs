@@ -80,6 +80,22 @@ async fn a_registered_server_receives_requests_without_a_new_worker() {
     // The file is the reference: it has the server too.
     let file = lb_config::Config::load(proxy.config_path()).expect("the file loads");
     assert_eq!(file.backend("api").map(|b| b.servers.len()), Some(1));
+
+    // Drift: a server added by hand is drained and deleted, one put in maint is made ready.
+    let rogue = TestServer::start("rogue");
+    let add = format!("add server api/rogue {}", rogue.addr());
+    proxy.runtime_command(&add).await.expect("add server");
+    proxy.runtime_command("set server api/rogue state ready").await.expect("ready");
+    proxy.runtime_command("set server api/web1 state maint").await.expect("maint");
+    let mut repaired = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !repaired && Instant::now() < deadline {
+        repaired = running_state(&proxy, "rogue").await.is_none() && running_state(&proxy, "web1").await == Some(0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(repaired, "drift repaired; watcher:\n{}", watcher.stderr().join("\n"));
+    assert!(watcher.metric("lb_watcher_drift_repairs_total").await >= 1);
+    assert_eq!(proxy.current_worker().await, Some(worker), "still no new worker");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

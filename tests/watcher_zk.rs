@@ -316,3 +316,63 @@ async fn a_three_server_ensemble_losing_its_leader() {
     assert_eq!(watcher.status().await["zookeeper"]["state"], "connected");
     ensemble.restart(leader);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_unreachable_at_start_leaves_the_file_and_keeps_trying() {
+    let mut zk = ZkServer::start();
+    let s = setup();
+    // A file from an earlier run, with a server in it.
+    let earlier = BASE.replace("servers: []", "servers: [{ name: old1, address: \"10.0.0.1:80\" }]");
+    std::fs::write(&s.out, &earlier).expect("the earlier file");
+    zk.kill();
+    let watcher = WatcherProcess::start(s.dir.path(), &watcher_yaml(&zk.connect_string(), "4s", QUICK)).await;
+    // A connection attempt gives up after about the session timeout, then another one starts.
+    let mut status = watcher.status().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !status["zookeeper"]["last_error"].is_string() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = watcher.status().await;
+    }
+    assert_eq!(status["zookeeper"]["state"], "connecting", "{status}");
+    assert!(status["zookeeper"]["last_error"].is_string(), "{status}");
+    assert_eq!(std::fs::read_to_string(&s.out).expect("the file"), earlier, "left as it is");
+
+    zk.restart();
+    let client = ZkClient::connect(&zk.connect_string()).await;
+    client.mkdir(DIR).await;
+    client.register(DIR, "web1", "10.0.0.5").await;
+    // old1 is not registered: held, then removed (hold 0), web1 added.
+    assert!(wait_servers(&s.out, &["web1"], Duration::from_secs(20)).await, "{:?}", servers_in(&s.out));
+    assert_eq!(watcher.status().await["zookeeper"]["state"], "connected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_reload_command_is_retried_and_reported() {
+    let zk = ZkServer::start();
+    let s = setup();
+    let client = ZkClient::connect(&zk.connect_string()).await;
+    client.mkdir(DIR).await;
+    client.register(DIR, "web1", "10.0.0.5").await;
+    let yaml = watcher_yaml(&zk.connect_string(), "4s", QUICK)
+        .replace("reload_command: [\"true\"]", "reload_command: [sh, -c, \"echo no lb-proxy here >&2; exit 3\"]")
+        .replace("runtime: false", "runtime: false\n  reload_retries: 1");
+    let watcher = WatcherProcess::start(s.dir.path(), &yaml).await;
+    let mut status = watcher.status().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while status["last_apply"]["result"] != "failed" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status = watcher.status().await;
+    }
+    assert_eq!(status["last_apply"]["result"], "failed", "{status}");
+    let detail = status["last_apply"]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("exited with exit status: 3") && detail.contains("no lb-proxy here"), "{detail}");
+    assert!(watcher.stderr_count("retrying in") >= 1, "retried: {:?}", watcher.stderr());
+    assert!(watcher.metric("lb_watcher_reload_failures_total").await >= 1);
+    // The file is written (it is the reference) and the apply is tried again later.
+    assert_eq!(servers_in(&s.out), names(&["web1"]));
+    assert!(
+        wait_until(Duration::from_secs(15), || watcher.stderr_count("applying the new server list failed") >= 2).await,
+        "tried again: {:?}",
+        watcher.stderr()
+    );
+}

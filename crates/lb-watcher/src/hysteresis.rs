@@ -139,6 +139,11 @@ impl State {
         self.backends.iter().map(|(k, b)| (k.clone(), b.applied.clone())).collect()
     }
 
+    /// Backends whose emptying is refused now (until their observation changes).
+    pub fn refused(&self) -> Vec<String> {
+        self.backends.iter().filter(|(_, b)| b.refused && !b.applied.is_empty()).map(|(k, _)| k.clone()).collect()
+    }
+
     /// Differences between observed and applied, by backend.
     pub fn pending(&self) -> Vec<Pending> {
         let mut out = Vec::new();

@@ -168,6 +168,7 @@ fn all_removed_is_refused_and_the_last_set_kept() {
     assert_eq!(d.apply, None);
     assert_eq!(d.refused, vec!["api".to_owned()]);
     assert_eq!(sim.applied(), servers(0..3));
+    assert_eq!(sim.state.refused(), vec!["api".to_owned()]);
     assert_eq!(sim.due_secs(), None, "refused once, not re-tried in a loop");
     assert_eq!(sim.tick(100.0), Decision::default(), "and said once");
     // A server registering again is taken as usual.
@@ -175,6 +176,7 @@ fn all_removed_is_refused_and_the_last_set_kept() {
     let d = sim.tick(202.0);
     assert!(d.apply.is_some());
     assert!(sim.applied().contains_key("s7"));
+    assert!(sim.state.refused().is_empty());
 }
 
 #[test]

@@ -376,3 +376,36 @@ async fn a_failing_reload_command_is_retried_and_reported() {
         watcher.stderr()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lbctl_register_registers_until_sigterm() {
+    let zk = ZkServer::start();
+    let s = setup();
+    let client = ZkClient::connect(&zk.connect_string()).await;
+    client.mkdir(DIR).await;
+    client.register(DIR, "web1", "10.0.0.5").await;
+    let watcher = WatcherProcess::start(s.dir.path(), &watcher_yaml(&zk.connect_string(), "4s", QUICK)).await;
+    assert!(wait_servers(&s.out, &["web1"], Duration::from_secs(10)).await);
+
+    let mut lbctl = std::process::Command::new(lb_testkit::bin_path("lbctl"))
+        .args(["register", "--zk", &zk.connect_string(), "--path", DIR, "--name", "web9", "--address", "10.0.0.9"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawning lbctl register");
+    assert!(wait_servers(&s.out, &["web1", "web9"], Duration::from_secs(15)).await, "{:?}", watcher.stderr());
+    let data = client.client.get_data(&format!("{DIR}/web9")).await.map(|(d, _)| d).unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&data),
+        r#"{"address":"10.0.0.9","host":{"address":"10.0.0.9"},"ttl":60,"type":"host"}"#
+    );
+
+    let _ = lb_testkit::procfs::signal(lbctl.id(), Signal::SIGTERM);
+    let exited = wait_until(Duration::from_secs(10), || lbctl.try_wait().ok().flatten().is_some()).await;
+    assert!(exited, "lbctl register exits on SIGTERM");
+    assert_eq!(lbctl.wait().ok().and_then(|s| s.code()), Some(0));
+    let gone = client.client.check_stat(&format!("{DIR}/web9")).await.ok().flatten().is_none();
+    assert!(gone, "the node is deleted at once, not at session expiry");
+    assert!(wait_servers(&s.out, &["web1"], Duration::from_secs(10)).await, "{:?}", servers_in(&s.out));
+}

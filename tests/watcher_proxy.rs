@@ -94,7 +94,14 @@ async fn a_registered_server_receives_requests_without_a_new_worker() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(repaired, "drift repaired; watcher:\n{}", watcher.stderr().join("\n"));
-    assert!(watcher.metric("lb_watcher_drift_repairs_total").await >= 1);
+    // Counted once the repair's commands are done.
+    let mut repairs = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while repairs == 0 && Instant::now() < deadline {
+        repairs = watcher.metric("lb_watcher_drift_repairs_total").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(repairs >= 1, "drift repairs counted");
     assert_eq!(proxy.current_worker().await, Some(worker), "still no new worker");
 }
 

@@ -111,8 +111,11 @@ async fn a_re_registration_inside_the_window_changes_nothing() {
     let hysteresis = "{ collect: 2s, collect_jitter: 0s, hold: 0s, min_apply_interval: 0s }";
     let watcher = WatcherProcess::start(s.dir.path(), &watcher_yaml(&zk.connect_string(), "4s", hysteresis)).await;
     assert!(wait_servers(&s.out, &["web1", "web2"], Duration::from_secs(10)).await);
+    // The apply is over (file written, reload done, counted) before the baseline is taken.
+    assert!(wait_until(Duration::from_secs(10), || watcher.stderr_count("applied (reload)") == 1).await);
     let before = std::fs::metadata(&s.out).and_then(|m| m.modified()).expect("mtime");
     let applies = watcher.metric("lb_watcher_applies_total").await;
+    assert_eq!(applies, 1);
 
     // The registrar's way of re-registering: delete, then create again.
     client.delete(&format!("{DIR}/web2")).await;

@@ -157,12 +157,14 @@ async fn every_command_good_and_bad() {
         ("add server be/x 127.0.0.1:1 weight", "'weight' needs a value."),
         ("add server be/x 127.0.0.1:1 slowstart 1y", "Invalid time '1y' (e.g. 500ms, 10s, 2m)."),
         ("add server be/x 127.0.0.1:1 backup", "Unknown keyword 'backup' (expected check, weight or slowstart)."),
-        ("add server be/a/b 127.0.0.1:1", "Invalid server name 'a/b' (letters, digits, '-', '_', '.', ':')."),
+        ("add server be/a/b 127.0.0.1:1", "Invalid server name 'a/b' (letters, digits, '_', '.' and '-')."),
         ("del server be/s1", "Only servers in maintenance or drain mode can be deleted (set server B/S state maint)."),
         ("del server nope/s1", "No such backend."),
         ("shutdown sessions server be/zz", "No such server."),
         ("show servers state nope", "Can't find backend."),
-        ("show stat typed", "'show stat' takes no option here (desc, json, typed are not supported)."),
+        ("show stat typed", "Usage: show stat [{<iid>|<proxy>} <type> <sid>] (desc, json, typed are not supported)."),
+        ("show stat -1 8 -1", "Invalid type '8': -1, or a sum of 1 (frontends), 2 (backends), 4 (servers)."),
+        ("show stat be 4 x", "Invalid server id 'x': -1 or a positive number."),
         ("show info json", "'show info' takes no option here (json, typed are not supported)."),
     ];
     let before = proxy.runtime_command("show servers state").await.expect("state");
@@ -266,4 +268,54 @@ async fn shutdown_sessions_closes_the_servers_connections() {
     assert!(wait_until(Duration::from_secs(5), || s1.open_connections() == 0).await, "the server connection is closed");
     // The server keeps taking new requests.
     assert_eq!(traffic(&proxy, 3).await.get("s1"), Some(&3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_sessions_closes_tcp_sessions() {
+    use std::io::{Read, Write};
+    let echo = lb_testkit::TcpEchoServer::start();
+    let addr = echo.addr();
+    let proxy = ProxyProcess::start_with(1, move |ports: &[u16]| {
+        format!(
+            "frontends:\n  - name: fe\n    mode: tcp\n    bind: [\"127.0.0.1:{fe}\"]\n    default_backend: be\nbackends:\n  \
+             - name: be\n    mode: tcp\n    servers: [ {{ name: e1, address: \"{addr}\" }} ]\n",
+            fe = ports[0]
+        )
+    });
+    let mut client = std::net::TcpStream::connect(proxy.addr()).expect("connect");
+    client.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    client.write_all(b"ping").expect("write");
+    let mut buf = [0u8; 4];
+    client.read_exact(&mut buf).expect("echo");
+    assert_eq!(&buf, b"ping");
+    assert_eq!(ok(&proxy, "shutdown sessions server be/e1").await, "");
+    let mut rest = Vec::new();
+    let started = std::time::Instant::now();
+    // The proxy closes the session: end of stream (or a reset), not the 5 s read timeout.
+    if let Err(e) = client.read_to_end(&mut rest) {
+        let timed_out = matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
+        assert!(!timed_out, "the session was not closed: {e}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(rest.is_empty(), "nothing more comes: {rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_follow_membership() {
+    let s1 = TestServer::start("s1");
+    let s3 = TestServer::start("s3");
+    let proxy = ProxyProcess::start_with(1, config(&s1));
+    ok(&proxy, &format!("add server be/s3 {} check", s3.addr())).await;
+    // In maintenance: not checked.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(s3.hits_for("/ping"), 0, "a server in maintenance is not checked");
+    ok(&proxy, "enable server be/s3").await;
+    assert!(wait_until(Duration::from_secs(5), || s3.hits_for("/ping") >= 3).await, "checked once enabled");
+    // Deleted from drain (where checks go on): its checks stop.
+    ok(&proxy, "set server be/s3 state drain").await;
+    ok(&proxy, "del server be/s3").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = s3.hits_for("/ping");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(s3.hits_for("/ping"), after, "no check after the server was deleted (interval 200 ms)");
 }

@@ -139,6 +139,16 @@ async fn show_stat_is_haproxys_csv() {
     // Columns lb-proxy does not have are empty, never made up.
     assert_eq!((a1["cookie"].as_str(), a1["agent_status"].as_str(), fe["comp_in"].as_str()), ("", "", ""));
 
+    // HAProxy's selection: proxy (id or name), type mask, server id.
+    let names = |line: &str| -> Vec<String> {
+        let (_, rows) = parse_stat_csv(&proxy.runtime(line)).unwrap_or_default();
+        rows.iter().map(|r| format!("{}/{}", r["pxname"], r["svname"])).collect()
+    };
+    assert_eq!(names("show stat -1 4 -1"), ["api/a1", "api/a2", "api/a3"]);
+    assert_eq!(names("show stat api 2 -1"), ["api/BACKEND"]);
+    assert_eq!(names("show stat -1 1 -1"), ["web/FRONTEND"]);
+    assert_eq!(names("show stat 2 -1 2"), ["api/a2"]);
+
     proxy.runtime("set server api/a2 state drain; disable server api/a1");
     let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
     assert_eq!(row(&rows, "api", "a1")["status"], "MAINT");
@@ -218,5 +228,29 @@ async fn metrics_parse_and_counters_survive_reloads() {
             m.value("lb_proxy_old_workers", &[]) == Some(0.0)
         })
         .await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_chain_through_back_to_back_reloads() {
+    let (s1, s2) = (TestServer::start("a1"), TestServer::start("a2"));
+    let proxy = ProxyProcess::start_with(2, config(&s1, &s2));
+    let mut sent = 0u64;
+    for round in 0..8 {
+        for _ in 0..5 {
+            assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
+            sent += 1;
+        }
+        // Two reloads at once: the second worker is asked for its counters before (or while)
+        // it gets its predecessor's.
+        let (a, b) = tokio::join!(proxy.reload(), proxy.reload());
+        a.unwrap_or_else(|e| panic!("reload {round}: {e}"));
+        b.unwrap_or_else(|e| panic!("reload {round}: {e}"));
+    }
+    let count = || metrics(&proxy).value("lb_proxy_frontend_requests_total", &[("frontend", "web")]);
+    assert!(
+        wait_until(Duration::from_secs(10), || count() == Some(sent as f64)).await,
+        "{:?} requests counted, {sent} sent",
+        count()
     );
 }

@@ -18,6 +18,7 @@
 
 mod balance;
 mod server;
+mod sessions;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -34,6 +35,7 @@ use lb_config::Balance;
 use crate::counters::Counters;
 use balance::SmoothRoundRobin;
 pub(crate) use server::ServerState;
+pub(crate) use sessions::SessionGuard;
 
 /// Every backend of one config, by name. A new config (reload) gets new `Backends`.
 #[derive(Debug)]

@@ -39,7 +39,7 @@ The following commands are valid at this level:
   show info                               : report information about the running process
   show servers state [<backend>]          : dump volatile server information (all or for a single backend)
   show sess                               : report a summary of the current sessions
-  show stat                               : report counters for each proxy and server (CSV)
+  show stat [<iid>|<proxy> <type> <sid>]  : report counters for each proxy and server (CSV)
   shutdown sessions server <bk>/<srv>     : close every connection to a server";
 
 /// lb-proxy's answers to runtime commands, for one worker.
@@ -68,9 +68,10 @@ impl ProxyRuntime {
         let words: Vec<&str> = command.split_whitespace().collect();
         match words.as_slice() {
             ["help", ..] => RuntimeResult::ok(HELP),
-            ["show", "stat", rest @ ..] => match rest {
-                [] => RuntimeResult::ok(stats::csv(&self.proxy)),
-                _ => RuntimeResult::refused("'show stat' takes no option here (desc, json, typed are not supported)."),
+            ["show", "stat"] => RuntimeResult::ok(stats::csv(&self.proxy)),
+            ["show", "stat", rest @ ..] => match stats::Filter::parse(rest) {
+                Ok(filter) => RuntimeResult::ok(stats::csv_filtered(&self.proxy, &filter)),
+                Err(message) => RuntimeResult::refused(message),
             },
             ["show", "info", rest @ ..] => match rest {
                 [] => RuntimeResult::ok(stats::info(&self.proxy)),

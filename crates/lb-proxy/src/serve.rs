@@ -42,6 +42,8 @@ pub(crate) struct Proxy {
     /// Every frontend, in config order.
     pub(crate) frontends: Vec<Arc<FrontendState>>,
     pub(crate) max_connections: usize,
+    /// Runtime threads serving (`show info`'s Nbthread).
+    pub(crate) threads: usize,
     pub(crate) started: std::time::Instant,
     pub(crate) started_at: std::time::SystemTime,
     shutdown: Shutdown,
@@ -254,6 +256,10 @@ pub async fn start_supervised(
         counters: Counters::default(),
         frontends,
         max_connections: config.global.max_connections,
+        threads: config
+            .global
+            .worker_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         started: std::time::Instant::now(),
         started_at: std::time::SystemTime::now(),
         shutdown: shutdown.clone(),

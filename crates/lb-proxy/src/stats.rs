@@ -251,24 +251,77 @@ fn responses(row: &mut Row, counters: &Counters) {
     }
 }
 
+/// `show stat`'s optional `<iid|name> <type> <sid>` selection, as HAProxy takes it: a proxy
+/// by id or name (-1: all), a type mask (1 frontends, 2 backends, 4 servers; -1: all), a server
+/// id (-1: all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Filter {
+    proxy: Option<String>,
+    types: u32,
+    sid: Option<usize>,
+}
+
+impl Filter {
+    pub(crate) const ALL: Filter = Filter { proxy: None, types: 7, sid: None };
+
+    pub(crate) fn parse(words: &[&str]) -> Result<Filter, String> {
+        let [proxy, types, sid] = words else {
+            return Err("Usage: show stat [{<iid>|<proxy>} <type> <sid>] (desc, json, typed are not supported).".into());
+        };
+        let proxy = (*proxy != "-1").then(|| (*proxy).to_owned());
+        let types = match types.parse::<i64>() {
+            Ok(-1) => 7,
+            Ok(t @ 0..=7) => t as u32,
+            _ => {
+                return Err(format!(
+                    "Invalid type '{types}': -1, or a sum of 1 (frontends), 2 (backends), 4 (servers)."
+                ))
+            }
+        };
+        let sid = match sid.parse::<i64>() {
+            Ok(-1) => None,
+            Ok(n) if n > 0 => Some(n as usize),
+            _ => return Err(format!("Invalid server id '{sid}': -1 or a positive number.")),
+        };
+        Ok(Filter { proxy, types, sid })
+    }
+
+    fn proxy(&self, iid: usize, name: &str) -> bool {
+        self.proxy.as_deref().is_none_or(|p| p == name || p == iid.to_string())
+    }
+}
+
 /// `show stat`: the header, then each frontend, and each backend's servers followed by the
 /// backend itself, as HAProxy orders them.
 pub(crate) fn csv(proxy: &Proxy) -> String {
+    csv_filtered(proxy, &Filter::ALL)
+}
+
+pub(crate) fn csv_filtered(proxy: &Proxy, filter: &Filter) -> String {
     let mut out = String::from("# ");
     out.push_str(&COLUMNS.join(","));
     out.push_str(",\n");
     for (i, fe) in proxy.frontends.iter().enumerate() {
-        out.push_str(&frontend_row(proxy, i, fe).line());
-        out.push('\n');
+        if filter.types & 1 != 0 && filter.proxy(frontend_id(i), fe.name()) && filter.sid.is_none() {
+            out.push_str(&frontend_row(proxy, i, fe).line());
+            out.push('\n');
+        }
     }
     for (i, backend) in proxy.backends.iter().enumerate() {
         let iid = backend_id(proxy, i);
-        for server in backend.servers().iter() {
-            out.push_str(&server_row(backend, server, iid).line());
+        if !filter.proxy(iid, backend.name()) {
+            continue;
+        }
+        if filter.types & 4 != 0 {
+            for server in backend.servers().iter().filter(|s| filter.sid.is_none_or(|sid| sid == server_id(s))) {
+                out.push_str(&server_row(backend, server, iid).line());
+                out.push('\n');
+            }
+        }
+        if filter.types & 2 != 0 && filter.sid.is_none() {
+            out.push_str(&backend_row(backend, iid).line());
             out.push('\n');
         }
-        out.push_str(&backend_row(backend, iid).line());
-        out.push('\n');
     }
     out
 }

@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::backend::ServerState;
+use crate::backend::{ServerState, SessionGuard};
 use crate::connect::{connect, ConnectFailure};
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
@@ -82,6 +82,9 @@ pub(crate) async fn serve(
     let mut client = Tracked { io: client, activity: activity.clone() };
     let mut server = Tracked { io: connected.stream, activity: activity.clone() };
     let killer = connected.lease.server().clone();
+    let session = killer.sessions.id();
+    let _registered = SessionGuard { sessions: &killer.sessions, id: session };
+    let mut killed = killer.sessions.signal(session);
     let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
     tokio::pin!(copy);
     let outcome = loop {
@@ -94,7 +97,7 @@ pub(crate) async fn serve(
                 }
             }
             _ = shutdown.stopped() => break Err(io::Error::new(io::ErrorKind::Interrupted, "stopped")),
-            _ = killer.killed() => break Err(io::Error::new(io::ErrorKind::Interrupted, "shutdown sessions")),
+            _ = &mut killed => break Err(io::Error::new(io::ErrorKind::Interrupted, "shutdown sessions")),
         }
     };
     log.bytes = activity.to_client.load(Ordering::Relaxed);

@@ -33,6 +33,7 @@
 //!   [`run_lb_proxy`].
 //! - `server`: [`TestServer`] on a runtime of its own, so that a test's blocking calls never stall it.
 //! - `tcp`: [`TcpEchoServer`], [`Blackhole`].
+//! - `runtime`: the runtime socket and the parsers of what it prints.
 //! - `client`, `raw`: the HTTP client and the raw-socket client.
 //! - `log`: access-log line parsing.
 //! - this file: [`bin_path`], [`free_port`], [`wait_until`].

@@ -23,7 +23,7 @@ impl Shape {
     pub(crate) fn of(line: &str) -> Option<Shape> {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
-            ["show", "stat"] => Some(Shape::Stat),
+            ["show", "stat"] | ["show", "stat", _, _, _] => Some(Shape::Stat),
             ["show", "servers", "state", ..] => Some(Shape::ServersState),
             ["show", "info"] => Some(Shape::Info),
             _ => None,
@@ -195,6 +195,7 @@ srv_iweight srv_time_since_last_change srv_port\n3 api 1 a1 10.0.0.1 2 8 5 1 12 
     #[test]
     fn shapes() {
         assert_eq!(Shape::of("show stat"), Some(Shape::Stat));
+        assert_eq!(Shape::of("show stat api 4 -1"), Some(Shape::Stat));
         assert_eq!(Shape::of(" show  servers state api"), Some(Shape::ServersState));
         assert_eq!(Shape::of("show info"), Some(Shape::Info));
         assert_eq!(Shape::of("show stat typed"), None);

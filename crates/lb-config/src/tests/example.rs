@@ -31,6 +31,8 @@ fn the_example_config_loads() {
         assert_eq!(backend.mode, Mode::Http);
         assert!(!backend.servers.is_empty(), "{name} lists example servers");
     }
+    let stats = config.global.stats.as_ref().expect("the example serves stats");
+    assert!(stats.address.ip().is_loopback(), "stats on loopback only");
     // What lb-watcher would write from this: the same configuration.
     assert_eq!(Config::parse(&config.to_yaml(), "rendered.yaml").expect("round trip"), config);
 }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use lb_config::AdminState;
 use tokio::sync::Notify;
 
+use super::sessions::Sessions;
 use crate::counters::Counters;
 use crate::health::CheckResult;
 
@@ -42,8 +43,8 @@ pub(crate) struct ServerState {
     downs: AtomicU64,
     /// Deleted from its backend (`del server`): its health-check task ends.
     removed: AtomicBool,
-    /// Wakes every task holding one of its connections, to close it (`shutdown sessions`).
-    kill: Notify,
+    /// Its connections, to close them (`shutdown sessions`).
+    pub(crate) sessions: Sessions,
     pub(crate) counters: Counters,
 }
 
@@ -100,7 +101,7 @@ impl ServerState {
             failed_checks: AtomicU64::new(0),
             downs: AtomicU64::new(0),
             removed: AtomicBool::new(false),
-            kill: Notify::new(),
+            sessions: Sessions::default(),
             counters: Counters::default(),
             config,
         }
@@ -269,21 +270,15 @@ impl ServerState {
     pub(crate) fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);
         self.wake.notify_one();
-        self.kill.notify_waiters();
     }
 
     pub(crate) fn is_removed(&self) -> bool {
         self.removed.load(Ordering::Acquire)
     }
 
-    /// Close every connection to this server now (`shutdown sessions server`).
-    pub(crate) fn kill_sessions(&self) {
-        self.kill.notify_waiters();
-    }
-
-    /// Resolves when this server's connections must be closed.
-    pub(crate) async fn killed(&self) {
-        self.kill.notified().await;
+    /// Close every connection to this server now (`shutdown sessions server`); how many.
+    pub(crate) fn kill_sessions(&self) -> usize {
+        self.sessions.close_all()
     }
 
     /// Take (and clear) the failure observed on traffic since the last call.

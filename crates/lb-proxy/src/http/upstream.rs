@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::body::RequestBody;
-use crate::backend::{BackendState, ServerLease, ServerState};
+use crate::backend::{BackendState, ServerLease, ServerState, SessionGuard};
 use crate::connect::{connect, ConnectFailure};
 
 pub(crate) type Sender = SendRequest<RequestBody>;
@@ -134,13 +134,14 @@ async fn handshake(stream: TcpStream, server: Arc<ServerState>) -> Result<Sender
     // writev() of one iovec (the vectored path costs more in the kernel); a body is copied
     // into hyper's buffer (requests through a load balancer are mostly small).
     let (sender, conn) = http1::Builder::new().writev(false).handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(async move {
-        // Ends when either side closes, or when the server's sessions are shut down (the
-        // connection is dropped, closing it); errors are seen by the request that hit them.
-        tokio::select! {
-            _ = conn => {}
-            () = server.killed() => {}
-        }
+    // Ends when either side closes, or when the server's sessions are shut down (the task is
+    // aborted, dropping the connection); errors are seen by the request that hit them.
+    let id = server.sessions.id();
+    let tracked = server.clone();
+    let task = tokio::spawn(async move {
+        let _registered = SessionGuard { sessions: &tracked.sessions, id };
+        let _ = conn.await;
     });
+    server.sessions.track(id, task.abort_handle());
     Ok(sender)
 }

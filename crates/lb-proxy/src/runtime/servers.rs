@@ -50,8 +50,9 @@ pub(super) fn command(rt: &ProxyRuntime, words: &[&str]) -> RuntimeResult {
         ["get", "weight", target] => {
             with_server(rt, target, |_, s| RuntimeResult::ok(format!("{} (initial {})", s.weight(), s.config().weight)))
         }
-        ["shutdown", "sessions", "server", target] => with_server(rt, target, |_, s| {
-            s.kill_sessions();
+        ["shutdown", "sessions", "server", target] => with_server(rt, target, |b, s| {
+            let closed = s.kill_sessions();
+            tracing::warn!("Server {}/{}: {closed} connections shut down (runtime).", b.name(), s.name());
             RuntimeResult::ok("")
         }),
         ["add", "server", target, rest @ ..] => add(rt, target, rest),
@@ -142,13 +143,13 @@ fn add(rt: &ProxyRuntime, target: &str, args: &[&str]) -> RuntimeResult {
     }
 }
 
-/// A server name as the configuration allows it.
+/// A server name as the configuration allows it (so that lb-watcher can write it to the file).
 pub(super) fn valid_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > 64 {
-        return Err("A server name must have 1 to 64 characters.".into());
+    if name.is_empty() {
+        return Err("A server name must not be empty.".into());
     }
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')) {
-        return Err(format!("Invalid server name '{name}' (letters, digits, '-', '_', '.', ':')."));
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(format!("Invalid server name '{name}' (letters, digits, '_', '.' and '-')."));
     }
     Ok(())
 }

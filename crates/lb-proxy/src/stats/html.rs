@@ -108,7 +108,7 @@ fn frontend(out: &mut String, fe: &FrontendState) {
     );
 }
 
-fn server_row(out: &mut String, backend: &BackendState, server: &ServerState) {
+fn server_row(out: &mut String, server: &ServerState) {
     let check = if server.config().check {
         let last = server.last_check();
         let mut text = last.status.as_str().to_owned();
@@ -122,7 +122,6 @@ fn server_row(out: &mut String, backend: &BackendState, server: &ServerState) {
     } else {
         "-".into()
     };
-    let _ = backend;
     let _ = write!(
         out,
         "<tr><td>{name}</td>{state}{traffic}<td>{addr}</td><td>{weight}</td><td>{check}</td><td>{changed}</td></tr>",
@@ -149,7 +148,7 @@ fn backend(out: &mut String, backend: &BackendState) {
         queued = backend.queued(),
     );
     for server in servers.iter() {
-        server_row(out, backend, server);
+        server_row(out, server);
     }
     let _ = write!(
         out,

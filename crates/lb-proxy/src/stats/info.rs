@@ -29,7 +29,7 @@ pub(crate) fn info(proxy: &Proxy) -> String {
     let lines: Vec<(&str, String)> = vec![
         ("Name", "lb-proxy".into()),
         ("Version", env!("CARGO_PKG_VERSION").into()),
-        ("Nbthread", std::thread::available_parallelism().map_or(1, |n| n.get()).to_string()),
+        ("Nbthread", proxy.threads.to_string()),
         ("Nbproc", "1".into()),
         ("Process_num", "1".into()),
         ("Pid", std::process::id().to_string()),

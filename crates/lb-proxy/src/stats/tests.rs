@@ -29,3 +29,16 @@ fn csv_cells_are_quoted_only_when_ambiguous() {
     assert_eq!(escape("say \"hi\""), "\"say \"\"hi\"\"\"");
     assert_eq!(escape("two\nlines"), "\"two\nlines\"");
 }
+
+#[test]
+fn show_stat_selections() {
+    use super::Filter;
+    assert_eq!(Filter::parse(&["-1", "-1", "-1"]), Ok(Filter::ALL));
+    let only_servers = Filter::parse(&["api", "4", "2"]).expect("valid");
+    assert!(only_servers.proxy(3, "api") && !only_servers.proxy(2, "web"));
+    let by_id = Filter::parse(&["3", "-1", "-1"]).expect("valid");
+    assert!(by_id.proxy(3, "api") && !by_id.proxy(2, "web"));
+    assert!(Filter::parse(&["-1", "9", "-1"]).is_err());
+    assert!(Filter::parse(&["-1", "-1"]).is_err());
+    assert!(Filter::parse(&["-1", "-1", "0"]).is_err());
+}

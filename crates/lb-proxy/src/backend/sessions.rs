@@ -1,0 +1,100 @@
+//! The connections to one server, so that `shutdown sessions server` can close them.
+//!
+//! Nothing here is touched per request: a connection registers once when it opens and leaves
+//! when it closes. An HTTP server connection runs in a task of its own, which is aborted
+//! (dropping the connection closes it); a TCP session holds a signal it watches next to its
+//! copy loop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+
+/// How a registered connection is closed.
+#[derive(Debug)]
+enum Closer {
+    Abort(AbortHandle),
+    /// Dropping the sender resolves the session's receiver.
+    Signal(oneshot::Sender<()>),
+    /// The connection ended before its task was registered (see [`Sessions::track`]).
+    Gone,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    next: AtomicU64,
+    live: Mutex<HashMap<u64, Closer>>,
+}
+
+impl Sessions {
+    fn live(&self) -> MutexGuard<'_, HashMap<u64, Closer>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An id for a connection about to start.
+    pub(crate) fn id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Register the task serving connection `id` (spawned already: it may even have ended).
+    pub(crate) fn track(&self, id: u64, task: AbortHandle) {
+        let mut live = self.live();
+        match live.remove(&id) {
+            Some(Closer::Gone) => {}
+            _ => {
+                live.insert(id, Closer::Abort(task));
+            }
+        }
+    }
+
+    /// A TCP session: a receiver that resolves when the server's sessions are shut down.
+    pub(crate) fn signal(&self, id: u64) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.live().insert(id, Closer::Signal(tx));
+        rx
+    }
+
+    /// Connection `id` ended.
+    pub(crate) fn ended(&self, id: u64) {
+        let mut live = self.live();
+        if live.remove(&id).is_none() {
+            // Its task has not been registered yet: tell `track` not to.
+            live.insert(id, Closer::Gone);
+        }
+    }
+
+    /// Close every registered connection now.
+    pub(crate) fn close_all(&self) -> usize {
+        let closers: Vec<Closer> = self.live().drain().map(|(_, c)| c).collect();
+        let mut closed = 0;
+        for closer in closers {
+            match closer {
+                Closer::Abort(task) => {
+                    task.abort();
+                    closed += 1;
+                }
+                Closer::Signal(tx) => {
+                    drop(tx);
+                    closed += 1;
+                }
+                Closer::Gone => {}
+            }
+        }
+        closed
+    }
+}
+
+/// Unregisters a connection when dropped (whatever way its task ends).
+#[derive(Debug)]
+pub(crate) struct SessionGuard<'a> {
+    pub(crate) sessions: &'a Sessions,
+    pub(crate) id: u64,
+}
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        self.sessions.ended(self.id);
+    }
+}

@@ -172,7 +172,7 @@ async fn ten_simultaneous_removals_go_in_throttled_rounds() {
     }
     let expected: Vec<String> = (10..20).map(|i| format!("web{i:02}")).collect();
     assert_eq!(servers_in(&s.out), expected);
-    assert!(watcher.stderr_count("throttled to a later round") >= 3, "{:?}", watcher.stderr());
+    assert!(watcher.stderr_count("throttled to a later round") >= 1, "the wait is logged: {:?}", watcher.stderr());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,7 +81,10 @@ impl State {
             .into_iter()
             .map(|(name, applied)| {
                 let last_seen = applied.keys().map(|n| (n.clone(), now)).collect();
-                (name, Backend { applied, observed: Servers::new(), last_seen, refused: false, next_removal_round: None })
+                (
+                    name,
+                    Backend { applied, observed: Servers::new(), last_seen, refused: false, next_removal_round: None },
+                )
             })
             .collect();
         State { settings, backends, due: None, last_apply: None, observed_all: false, seen: Vec::new() }

@@ -80,6 +80,29 @@ async fn a_registered_server_receives_requests_without_a_new_worker() {
     // The file is the reference: it has the server too.
     let file = lb_config::Config::load(proxy.config_path()).expect("the file loads");
     assert_eq!(file.backend("api").map(|b| b.servers.len()), Some(1));
+
+    // Drift: a server added by hand is drained and deleted, one put in maint is made ready.
+    let rogue = TestServer::start("rogue");
+    let add = format!("add server api/rogue {}", rogue.addr());
+    proxy.runtime_command(&add).await.expect("add server");
+    proxy.runtime_command("set server api/rogue state ready").await.expect("ready");
+    proxy.runtime_command("set server api/web1 state maint").await.expect("maint");
+    let mut repaired = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !repaired && Instant::now() < deadline {
+        repaired = running_state(&proxy, "rogue").await.is_none() && running_state(&proxy, "web1").await == Some(0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(repaired, "drift repaired; watcher:\n{}", watcher.stderr().join("\n"));
+    // Counted once the repair's commands are done.
+    let mut repairs = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while repairs == 0 && Instant::now() < deadline {
+        repairs = watcher.metric("lb_watcher_drift_repairs_total").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(repairs >= 1, "drift repairs counted");
+    assert_eq!(proxy.current_worker().await, Some(worker), "still no new worker");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,9 +176,9 @@ async fn a_server_deregistering_under_load_costs_no_request_and_no_new_worker() 
 
 /// `srv_admin_state` of `server` in backend `api` of the running lb-proxy (`None`: not there).
 async fn running_state(proxy: &ProxyProcess, server: &str) -> Option<u32> {
-    let out = proxy.lbctl(&["show", "servers", "state", "api"]).await;
-    assert_eq!(out.code, Some(0), "show servers state: {out}");
-    let rows = lb_testkit::runtime::parse_servers_state(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let out =
+        proxy.runtime_command("show servers state api").await.unwrap_or_else(|e| panic!("show servers state: {e}"));
+    let rows = lb_testkit::runtime::parse_servers_state(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     rows.iter()
         .find(|r| r.get("srv_name").map(String::as_str) == Some(server))
         .and_then(|r| r.get("srv_admin_state")?.parse().ok())

@@ -193,16 +193,6 @@ impl Engine {
             );
             Metrics::add(&self.shared.metrics.refused);
         }
-        if !decision.refused.is_empty() {
-            let refused = decision.refused.clone();
-            self.shared.update(|s| {
-                for r in refused {
-                    if !s.refused.contains(&r) {
-                        s.refused.push(r);
-                    }
-                }
-            });
-        }
         for (backend, names) in &decision.throttled {
             tracing::info!(
                 "backend {backend}: removal of {} throttled to a later round: {}",
@@ -221,7 +211,6 @@ impl Engine {
             Ok(()) => {
                 self.retry = RETRY_MIN;
                 self.state.applied_ok(sets, now, &mut self.rng);
-                self.shared.update(|s| s.refused.retain(|b| sets.get(b).is_none_or(BTreeMap::is_empty)));
             }
             Err(()) => {
                 self.state.apply_failed(now, self.retry);
@@ -233,6 +222,7 @@ impl Engine {
     fn publish(&self) {
         let applied = self.state.applied();
         let pending = self.state.pending();
+        let refused = self.state.refused();
         let due = if self.frozen { None } else { self.state.due() };
         self.shared.update(|s| {
             s.servers = applied
@@ -243,6 +233,7 @@ impl Engine {
                 })
                 .collect();
             s.pending = pending;
+            s.refused = refused;
             s.pending_due_in_ms =
                 due.map(|d| u64::try_from(d.saturating_duration_since(Instant::now()).as_millis()).unwrap_or(u64::MAX));
         });

@@ -34,6 +34,8 @@ struct Backend {
     last_seen: HashMap<String, Instant>,
     /// The empty set was refused for this observation: say so once.
     refused: bool,
+    /// After a removal round that left removals for later: no removal before this.
+    next_removal_round: Option<Instant>,
 }
 
 /// What [`State::decide`] found.
@@ -79,7 +81,10 @@ impl State {
             .into_iter()
             .map(|(name, applied)| {
                 let last_seen = applied.keys().map(|n| (n.clone(), now)).collect();
-                (name, Backend { applied, observed: Servers::new(), last_seen, refused: false })
+                (
+                    name,
+                    Backend { applied, observed: Servers::new(), last_seen, refused: false, next_removal_round: None },
+                )
             })
             .collect();
         State { settings, backends, due: None, last_apply: None, observed_all: false, seen: Vec::new() }
@@ -139,6 +144,11 @@ impl State {
         self.backends.iter().map(|(k, b)| (k.clone(), b.applied.clone())).collect()
     }
 
+    /// Backends whose emptying is refused now (until their observation changes).
+    pub fn refused(&self) -> Vec<String> {
+        self.backends.iter().filter(|(_, b)| b.refused && !b.applied.is_empty()).map(|(k, _)| k.clone()).collect()
+    }
+
     /// Differences between observed and applied, by backend.
     pub fn pending(&self) -> Vec<Pending> {
         let mut out = Vec::new();
@@ -192,6 +202,7 @@ impl State {
         let hold = self.settings.hold;
         let mut next_hold: Option<Instant> = None;
         let mut throttled_any = false;
+        let mut next_round: Option<Instant> = None;
         let mut changed = false;
         let mut sets = Sets::new();
         for (name, b) in &mut self.backends {
@@ -201,6 +212,7 @@ impl State {
             }
             let seen = |server: &String| b.last_seen.get(server).copied().unwrap_or(now);
             let mut eligible: Vec<(Instant, String)> = Vec::new();
+            let removals = b.applied.keys().filter(|s| !b.observed.contains_key(*s)).count();
             for server in b.applied.keys().filter(|s| !b.observed.contains_key(*s)) {
                 let last = seen(server);
                 if now.saturating_duration_since(last) >= hold {
@@ -212,7 +224,14 @@ impl State {
             }
             eligible.sort();
             let pct = usize::try_from(self.settings.max_remove_percent).unwrap_or(100);
-            let cap = (b.applied.len() * pct / 100).max(1);
+            // Rounds are a hold (plus jitter) apart, however the removals were spread in time.
+            let round_open = b.next_removal_round.is_none_or(|at| now >= at);
+            let cap = if round_open { (b.applied.len() * pct / 100).max(1) } else { 0 };
+            if let (false, Some(at)) = (round_open, b.next_removal_round) {
+                if !eligible.is_empty() {
+                    next_round = Some(next_round.map_or(at, |n: Instant| n.min(at)));
+                }
+            }
             let (now_gone, later) = eligible.split_at(eligible.len().min(cap));
             for (_, server) in now_gone {
                 target.remove(server);
@@ -227,10 +246,19 @@ impl State {
                 sets.insert(name.clone(), b.applied.clone());
                 continue;
             }
+            let held = b.applied.keys().any(|s| !b.observed.contains_key(s)) && eligible.len() < removals;
             if !now_gone.is_empty() {
                 decision.removed.insert(name.clone(), now_gone.iter().map(|(_, s)| s.clone()).collect());
+                if !later.is_empty() || held {
+                    let at = now + hold + jitter(self.settings.collect_jitter, rng);
+                    b.next_removal_round = Some(at);
+                    if held {
+                        // Held servers wait for the next round too, whenever their hold ends.
+                        next_round = Some(next_round.map_or(at, |n: Instant| n.min(at)));
+                    }
+                }
             }
-            if !later.is_empty() {
+            if !later.is_empty() && round_open {
                 throttled_any = true;
                 decision.throttled.insert(name.clone(), later.iter().map(|(_, s)| s.clone()).collect());
             }
@@ -243,10 +271,7 @@ impl State {
         // The next round: throttled removals after the hold plus jitter, held ones when their
         // hold ends.
         let throttled_at = throttled_any.then(|| now + hold + jitter(self.settings.collect_jitter, rng));
-        let next = match (next_hold, throttled_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [next_hold, throttled_at, next_round].into_iter().flatten().min();
         self.due = next.map(|at| {
             let at = at.max(now);
             if changed {

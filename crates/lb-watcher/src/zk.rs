@@ -130,7 +130,9 @@ async fn serve(
                 loop {
                     let event = watcher.changed().await;
                     if event.event_type == EventType::Session {
-                        if matches!(event.session_state, SessionState::Expired | SessionState::Closed) {
+                        // Any change of connection ends this watch: the session loop arms a new
+                        // one after reconnecting (and the client may drop this one's sender).
+                        if event.session_state != SessionState::SyncConnected {
                             return;
                         }
                         continue;

@@ -34,6 +34,7 @@ Commands:
                [check] [weight N] [slowstart T], del server B/S, shutdown sessions server B/S,
                help. show stat and show servers state are printed as tables (--json: objects
                by column name); other answers as they come.
+  register     Register a server in ZooKeeper for lb-watcher (lbctl register --help).
 
 Options (before the command):
   -s, --socket SOCKET   The master's control socket.

@@ -33,7 +33,8 @@ fn proxy_yaml(ports: &[u16]) -> String {
 
 fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
     ticks as f64 / 100.0
 }
@@ -162,8 +163,8 @@ async fn main() {
     let created = t0.elapsed();
     let mut applied = None;
     while t0.elapsed() < Duration::from_secs(120) {
-        let out = proxy.lbctl(&["show", "servers", "state", "bulk"]).await;
-        if out.stdout.lines().filter(|l| l.contains(" bulk ")).count() >= 1000 {
+        let out = proxy.runtime_command("show servers state bulk").await.unwrap_or_default();
+        if out.lines().filter(|l| l.contains(" bulk ")).count() >= 1000 {
             applied = Some(t0.elapsed());
             break;
         }
@@ -183,12 +184,21 @@ async fn main() {
     let rows = [
         ("1 registration → first request served by it (median of rounds)", ms(median(one.clone()))),
         ("100 simultaneous registrations → each served once: median server", ms(median(hundred_median.clone()))),
-        ("100 simultaneous registrations → each served once: last server (median of rounds)", ms(median(hundred_last.clone()))),
+        (
+            "100 simultaneous registrations → each served once: last server (median of rounds)",
+            ms(median(hundred_last.clone())),
+        ),
         ("1,000 registrations (created in)", ms(created)),
         ("1,000 registrations → all running in lb-proxy", applied.map_or("not reached in 120 s".into(), ms)),
-        ("lb-watcher CPU for the 1,000 (ZooKeeper reads, render, write, 2,000 runtime commands)", format!("{cpu_burst:.2} s")),
+        (
+            "lb-watcher CPU for the 1,000 (ZooKeeper reads, render, write, 2,000 runtime commands)",
+            format!("{cpu_burst:.2} s"),
+        ),
         ("lb-watcher CPU idle with 1,000 servers, over 10 s", format!("{cpu_idle:.2} s")),
-        ("lb-watcher RSS with 1,000 servers (peak)", format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, hwm as f64 / 1024.0)),
+        (
+            "lb-watcher RSS with 1,000 servers (peak)",
+            format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, hwm as f64 / 1024.0),
+        ),
         ("RSS right after applying the 1,000", format!("{:.1} MiB", rss_after as f64 / 1024.0)),
         ("lb-proxy file with 1,106 servers", format!("{file_kib} KiB")),
         ("reloads by lb-watcher over the whole run / lb-proxy workers at the end", format!("{reloads} / {workers}")),

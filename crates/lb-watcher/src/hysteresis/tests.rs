@@ -168,6 +168,7 @@ fn all_removed_is_refused_and_the_last_set_kept() {
     assert_eq!(d.apply, None);
     assert_eq!(d.refused, vec!["api".to_owned()]);
     assert_eq!(sim.applied(), servers(0..3));
+    assert_eq!(sim.state.refused(), vec!["api".to_owned()]);
     assert_eq!(sim.due_secs(), None, "refused once, not re-tried in a loop");
     assert_eq!(sim.tick(100.0), Decision::default(), "and said once");
     // A server registering again is taken as usual.
@@ -175,6 +176,7 @@ fn all_removed_is_refused_and_the_last_set_kept() {
     let d = sim.tick(202.0);
     assert!(d.apply.is_some());
     assert!(sim.applied().contains_key("s7"));
+    assert!(sim.state.refused().is_empty());
 }
 
 #[test]
@@ -259,4 +261,29 @@ fn a_failed_apply_is_retried() {
     sim.state.apply_failed(now, 2 * S);
     assert_eq!(sim.due_secs(), Some(3.0));
     assert!(sim.tick(3.0).apply.is_some());
+}
+
+#[test]
+fn removal_rounds_are_a_hold_apart_even_when_removals_are_spread() {
+    let mut s = settings();
+    s.collect = S;
+    s.hold = S;
+    s.min_apply_interval = Duration::ZERO;
+    let mut sim = Sim::new(s, servers(0..20));
+    sim.observe(0.0, servers(0..20));
+    // Ten servers vanish one by one, 20 ms apart.
+    for i in 0..10u16 {
+        sim.observe(f64::from(i) * 0.02, servers(i + 1..20));
+    }
+    let mut rounds: Vec<(f64, usize)> = Vec::new();
+    while let Some(due) = sim.due_secs() {
+        if sim.tick(due).apply.is_some() {
+            rounds.push((due, sim.applied().len()));
+        }
+        assert!(rounds.len() < 20, "no convergence: {rounds:?}");
+    }
+    let sizes: Vec<usize> = rounds.iter().map(|r| r.1).collect();
+    // At 1 s only s0's hold is over: one goes. Each later round a fifth, a hold apart.
+    assert_eq!(sizes, vec![19, 16, 13, 11, 10], "{rounds:?}");
+    assert!(rounds.windows(2).all(|w| w[1].0 - w[0].0 >= 1.0), "rounds a hold apart: {rounds:?}");
 }

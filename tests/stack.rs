@@ -29,7 +29,8 @@ const LOAD_LIMIT: Duration = Duration::from_secs(120);
 
 /// An API server on its own loopback address, and its registration (a real `lbctl register`).
 struct Api {
-    server: TestServer,
+    /// Kept for as long as the test runs: dropped, it stops serving.
+    _server: TestServer,
     registration: Option<Child>,
 }
 
@@ -46,7 +47,7 @@ impl Api {
             .stderr(Stdio::null())
             .spawn()
             .expect("lbctl register");
-        Api { server, registration: Some(registration) }
+        Api { _server: server, registration: Some(registration) }
     }
 
     /// Ends the registration as registrar does on shutdown: the node is deleted; the server

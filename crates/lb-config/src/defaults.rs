@@ -8,7 +8,7 @@ use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, Log
 
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
 pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
-pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb-proxy/runtime.sock";
+pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb/lb-proxy-runtime.sock";
 pub(crate) const STATS_REFRESH: Duration = Duration::from_secs(5);
 pub(crate) const LOG_TAG: &str = "haproxy";
 /// As the Manta deployment ran HAProxy.

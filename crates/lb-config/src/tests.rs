@@ -56,7 +56,7 @@ global:
   user: nobody
   group: nogroup
   control_socket: run/master.sock
-  runtime_socket: /var/run/lb-proxy/runtime.sock
+  runtime_socket: /var/run/lb/lb-proxy-runtime.sock
   runtime_address: 127.0.0.1:9999
   stats: { address: 127.0.0.1:8404, refresh: 3s }
   log:

@@ -24,7 +24,7 @@ use crate::{Error, Request, Response};
 
 /// lb-proxy's control socket when its configuration does not name one: the one place this
 /// default is written (lb-config's schema and lbctl both use it).
-pub const DEFAULT_SOCKET: &str = "/var/run/lb-proxy/master.sock";
+pub const DEFAULT_SOCKET: &str = "/var/run/lb/lb-proxy.sock";
 
 /// A request line longer than this closes the connection: no request comes close, so it is a
 /// confused or hostile client, and reading on would let it grow our buffer without bound.

@@ -248,6 +248,6 @@ mod tests {
         for line in ["  0   Success.", "  1   The command failed", "  2   Usage error", "  69  The master"] {
             assert!(help.contains(line), "{line:?} missing");
         }
-        assert!(help.contains("$LBCTL_SOCKET") && help.contains("/var/run/lb-proxy/master.sock"));
+        assert!(help.contains("$LBCTL_SOCKET") && help.contains("/var/run/lb/lb-proxy.sock"));
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! lbctl [-s SOCKET | -f CONFIG] [--json] COMMAND...
-//! lbctl -f /etc/lb-proxy/lb-proxy.yaml reload
+//! lbctl -f /etc/lb/lb-proxy.yaml reload
 //! lbctl show proc
 //! ```
 //!

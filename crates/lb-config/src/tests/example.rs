@@ -31,8 +31,12 @@ fn the_example_config_loads() {
         assert_eq!(backend.mode, Mode::Http);
         assert!(!backend.servers.is_empty(), "{name} lists example servers");
     }
+    // Stats on the internal address, beside the internal frontend, never on a public one.
     let stats = config.global.stats.as_ref().expect("the example serves stats");
-    assert!(stats.address.ip().is_loopback(), "stats on loopback only");
+    let ListenAddr::Tcp(internal_addr) = &internal.binds[0].address else { panic!("internal_in binds TCP") };
+    assert_eq!(stats.address.ip(), internal_addr.ip(), "stats on the internal address");
+    assert!(!stats.address.ip().is_unspecified());
+    assert_eq!(config.global.user.as_deref(), Some("lb"));
     // What lb-watcher would write from this: the same configuration.
     assert_eq!(Config::parse(&config.to_yaml(), "rendered.yaml").expect("round trip"), config);
 }

@@ -20,8 +20,8 @@ fn a_minimal_config_gets_every_default() {
     let config = parse_ok(MINIMAL);
     assert_eq!(config.global, Global::default());
     assert_eq!(config.global.max_connections, 4096);
-    assert_eq!(config.global.control_socket, PathBuf::from("/var/run/lb-proxy/master.sock"));
-    assert_eq!(config.global.runtime_socket, PathBuf::from("/var/run/lb-proxy/runtime.sock"));
+    assert_eq!(config.global.control_socket, PathBuf::from("/var/run/lb/lb-proxy.sock"));
+    assert_eq!(config.global.runtime_socket, PathBuf::from("/var/run/lb/lb-proxy-runtime.sock"));
     assert_eq!(config.global.log.target, LogTarget::Stdout);
     assert_eq!(config.global.log.format, LogFormat::Haproxy);
     assert_eq!(config.global.log.tag, "haproxy");

@@ -251,3 +251,25 @@ async fn a_backend_that_does_not_answer_is_given_up_after_the_connect_timeout() 
     assert_ne!(r.code, Some(0), "{r:?}");
     tls.wait_for_stderr(|l| l.contains("did not accept within 500ms")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_max_connections_nothing_more_is_accepted_until_one_ends() {
+    let certs = TestCerts::new();
+    let server = TestServer::start("s1");
+    let proxy = start_proxy(&server);
+    let tls = start_tls(&certs, &proxy.addr().to_string(), "v2", "  max_connections: 1\n  handshake_timeout: 30s", "");
+    let ca = certs.ca().display().to_string();
+    let (u, resolve) = url(&tls, "/ping");
+    // One connection that says nothing holds the only place.
+    let holder = lb_testkit::raw::RawConn::connect(tls.addr()).await.expect("connect");
+    let (u2, resolve2, ca2) = (u.clone(), resolve.clone(), ca.clone());
+    let waiting =
+        tokio::task::spawn_blocking(move || curl(&u2, &["--cacert", &ca2, "--resolve", &resolve2, "--max-time", "2"]))
+            .await
+            .expect("curl");
+    assert_eq!(waiting.code, Some(28), "queued in the backlog, not served nor refused: {waiting:?}");
+    drop(holder);
+    let r =
+        tokio::task::spawn_blocking(move || curl(&u, &["--cacert", &ca, "--resolve", &resolve])).await.expect("curl");
+    assert_eq!((r.code, r.body.as_str()), (Some(0), "pong"), "served once the place is free: {r:?}");
+}

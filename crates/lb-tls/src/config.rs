@@ -9,6 +9,9 @@
 mod raw;
 pub(crate) mod validate;
 
+#[cfg(test)]
+mod tests;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

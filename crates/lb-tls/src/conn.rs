@@ -28,6 +28,10 @@ pub(crate) enum Client {
     Unix(UnixStream),
 }
 
+const TO_BACKEND_BUF: usize = 8 * 1024;
+/// The largest TLS record's plaintext.
+const TO_CLIENT_BUF: usize = 16 * 1024;
+
 /// How long a close_notify to a client we are dropping may take.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -172,5 +176,7 @@ where
         close(&mut tls).await;
         return;
     }
-    let _ = tokio::io::copy_bidirectional(&mut tls, &mut backend).await;
+    // Responses are the bulk: read them 16 KiB at a time, one full TLS record per write.
+    // Requests go in 8 KiB reads. (Both buffers live as long as the connection.)
+    let _ = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut backend, TO_BACKEND_BUF, TO_CLIENT_BUF).await;
 }

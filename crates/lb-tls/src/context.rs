@@ -9,7 +9,7 @@ use std::sync::Arc;
 use openssl::error::ErrorStack;
 use openssl::ssl::{
     AlpnError, NameType, SniError, SslAlert, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions,
-    SslVerifyMode, SslVersion,
+    SslSessionCacheMode, SslVerifyMode, SslVersion,
 };
 use openssl::x509::X509Name;
 
@@ -185,7 +185,13 @@ fn configure(
     if tls.prefer_server_ciphers {
         options |= SslOptions::CIPHER_SERVER_PREFERENCE;
     }
-    if !tls.session_tickets {
+    if tls.session_tickets {
+        // Tickets carry the session state to the client: no server-side cache to insert into
+        // and sweep on every full handshake. One TLS 1.3 ticket per handshake, not OpenSSL's
+        // two: each costs a serialisation and an encryption, and clients resume with one.
+        b.set_session_cache_mode(SslSessionCacheMode::OFF);
+        b.set_num_tickets(1).map_err(at(&frontend_field))?;
+    } else {
         options |= SslOptions::NO_TICKET;
     }
     b.set_options(options);

@@ -85,19 +85,26 @@ pub(super) fn validate(
     let empty = RawTls::default();
     let global_tls = raw.tls.as_ref().unwrap_or(&empty);
     let mut frontends = Vec::new();
+    let mut binds = Vec::new();
     match raw.frontends.as_deref() {
         None | Some([]) => ctx.error("frontends", "at least one frontend is required"),
         Some(list) => {
             for (i, fe) in list.iter().enumerate() {
-                if let Some(f) = frontend(&mut ctx, &item("frontends", i), fe, global_tls) {
-                    frontends.push(f);
+                let path = item("frontends", i);
+                match (frontend(&mut ctx, &path, fe, global_tls), fe.bind.as_deref().map(|b| parse_bind(b, base))) {
+                    (Some(f), _) => {
+                        binds.push((i, f.0.clone()));
+                        frontends.push(f);
+                    }
+                    (None, Some(Ok(bind))) => binds.push((i, bind)),
+                    (None, _) => {}
                 }
             }
         }
     }
-    for (i, (bind, _)) in frontends.iter().enumerate() {
-        if frontends[..i].iter().any(|(b, _)| b == bind) {
-            ctx.error(&child(&item("frontends", i), "bind"), format!("{bind} is bound by an earlier frontend"));
+    for (at, (i, bind)) in binds.iter().enumerate() {
+        if binds[..at].iter().any(|(_, b)| b == bind) {
+            ctx.error(&child(&item("frontends", *i), "bind"), format!("{bind} is bound by an earlier frontend"));
         }
     }
     let (Some(global), Some(backend), true) = (global, backend, ctx.diagnostics.is_empty()) else {

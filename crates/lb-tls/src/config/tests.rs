@@ -1,0 +1,56 @@
+//! Validation without certificates on disk: every problem located, certificate files named.
+
+use std::path::Path;
+
+use super::Config;
+
+fn errors(text: &str) -> Vec<String> {
+    match Config::parse_in(text, "t.yaml", Path::new("/nonexistent")) {
+        Ok(_) => panic!("expected errors for:\n{text}"),
+        Err(e) => e.to_string().lines().map(str::to_owned).collect(),
+    }
+}
+
+#[test]
+fn control_socket_backend_and_frontends_are_required() {
+    let e = errors("tls: { certificates: [ a.pem ] }\n");
+    assert!(e.iter().any(|l| l.contains("control_socket is required")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("backend.address is required")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("frontends: at least one frontend")), "{e:?}");
+}
+
+#[test]
+fn a_missing_certificate_is_named_at_its_entry() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls:\n  certificates:\n    - missing.pem\nbackend: { address: \"127.0.0.1:1\" }\n\
+         frontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert_eq!(e, ["t.yaml:4:7: tls.certificates[0]: cannot read /nonexistent/missing.pem: No such file or directory (os error 2)"]);
+}
+
+#[test]
+fn frontend_settings_are_located_in_the_frontend() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\", write_proxy: v3 }\n\
+         frontends:\n  - bind: \"127.0.0.1:2\"\n    tls: { protocols: [ TLSv2 ], client_cert: required }\n  - bind: \"127.0.0.1:2\"\n",
+    );
+    assert!(e.iter().any(|l| l.starts_with("t.yaml:3:49: backend.write_proxy: `v3`")), "{e:?}");
+    assert!(e.iter().any(|l| l.starts_with("t.yaml:6:25: frontends[0].tls.protocols[0]: `TLSv2`")), "{e:?}");
+    assert!(
+        e.iter().any(|l| l.contains("frontends[0]: client_cert optional or required needs tls.client_ca")),
+        "{e:?}"
+    );
+    assert!(e.iter().any(|l| l.contains("frontends[1].bind: 127.0.0.1:2 is bound by an earlier frontend")), "{e:?}");
+}
+
+#[test]
+fn the_example_configuration_is_valid_but_for_its_certificate_files() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/lb-tls.yaml");
+    let e = match Config::load(&path) {
+        Ok(_) => return, // a machine with those certificates installed
+        Err(e) => e.to_string(),
+    };
+    for line in e.lines() {
+        assert!(line.contains("cannot read /etc/lb-tls/"), "only the certificate files are missing: {line}");
+    }
+}

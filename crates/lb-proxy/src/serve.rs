@@ -21,7 +21,7 @@ use crate::log::Logger;
 use crate::proxy_protocol::read_proxy_header;
 use crate::runtime::ProxyRuntime;
 use crate::{health, Error, Listeners};
-use lb_supervisor::Listener;
+use lb_supervisor::{Accepted, AsyncListener, Listener};
 use lb_supervisor::MasterLink;
 use lb_supervisor::Shutdown;
 
@@ -293,41 +293,11 @@ pub async fn start_supervised(
     Ok(Server { proxy, runtime, done })
 }
 
-/// A listening socket registered with tokio.
-#[derive(Debug)]
-enum AsyncListener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-impl AsyncListener {
-    fn from_std(listener: Listener) -> std::io::Result<Self> {
-        Ok(match listener {
-            Listener::Tcp(l) => {
-                l.set_nonblocking(true)?;
-                AsyncListener::Tcp(tokio::net::TcpListener::from_std(l)?)
-            }
-            Listener::Unix(l) => {
-                l.set_nonblocking(true)?;
-                AsyncListener::Unix(tokio::net::UnixListener::from_std(l)?)
-            }
-        })
-    }
-
-    async fn accept(&self) -> std::io::Result<(ClientStream, ConnFacts)> {
-        match self {
-            AsyncListener::Tcp(l) => {
-                let (stream, peer) = l.accept().await?;
-                // Requests and responses are written whole; Nagle would only add latency.
-                let _ = stream.set_nodelay(true);
-                let local = stream.local_addr().ok();
-                Ok((ClientStream::Tcp(stream), ConnFacts::from_socket(Some(peer), local)))
-            }
-            AsyncListener::Unix(l) => {
-                let (stream, _) = l.accept().await?;
-                Ok((ClientStream::Unix(stream), ConnFacts::from_socket(None, None)))
-            }
-        }
+/// One accepted connection as lb-proxy handles it: the stream and what the socket says.
+fn client_of(accepted: Accepted) -> (ClientStream, ConnFacts) {
+    match accepted {
+        Accepted::Tcp { stream, peer, local } => (ClientStream::Tcp(stream), ConnFacts::from_socket(Some(peer), local)),
+        Accepted::Unix(stream) => (ClientStream::Unix(stream), ConnFacts::from_socket(None, None)),
     }
 }
 
@@ -377,7 +347,7 @@ async fn accept_loop(
         let accepted = tokio::select! {
             biased;
             _ = shutdown.draining() => break,
-            r = listener.accept() => r,
+            r = listener.accept(None) => r.map(client_of),
         };
         match accepted {
             Ok((stream, facts)) => {
@@ -388,22 +358,12 @@ async fn accept_loop(
                 drop(permits);
                 // Out of fds or memory: back off instead of spinning; the kernel keeps queueing.
                 tracing::warn!(frontend = fe.name(), address = %bind.address, "accept failed: {e}");
-                if is_resource_error(&e) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                lb_supervisor::back_off_after(&e).await;
             }
         }
     }
     // Dropping the listener closes this process's copy of the socket; never shutdown(): the
     // socket may be shared with the next worker.
-}
-
-fn is_resource_error(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(code) if code == nix::libc::EMFILE || code == nix::libc::ENFILE
-            || code == nix::libc::ENOBUFS || code == nix::libc::ENOMEM
-    )
 }
 
 async fn handle(

@@ -27,11 +27,12 @@
 //! - `runtime`: runtime commands: the [`Runtime`] handler a daemon provides, routing to the
 //!   current worker, the HAProxy-style runtime socket, [`MasterLink`].
 //! - `notify`: systemd's `sd_notify`.
-//! - `addr`, `listen`: listening addresses and sockets.
+//! - `addr`, `listen`, `accept`: listening addresses and sockets; accepting on them in a worker.
 //! - `privileges`: dropping to the configured user, resource limits.
 //! - `shutdown`: drain, then stop.
 #![deny(unsafe_code)]
 
+mod accept;
 mod addr;
 mod channel;
 pub mod control;
@@ -47,6 +48,7 @@ mod runtime;
 mod shutdown;
 mod worker;
 
+pub use accept::{back_off_after, Accepted, AsyncListener};
 pub use addr::ListenAddr;
 pub use daemon::{main, Daemon, Plan, Serving};
 pub use error::Error;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb_supervisor::{Listener, Listeners, Shutdown};
+use lb_supervisor::{Accepted, AsyncListener, Listener, Listeners, Shutdown};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
@@ -111,27 +111,6 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
     Ok(Server { shared, done })
 }
 
-#[derive(Debug)]
-enum AsyncListener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-impl AsyncListener {
-    fn from_std(listener: Listener) -> std::io::Result<Self> {
-        Ok(match listener {
-            Listener::Tcp(l) => {
-                l.set_nonblocking(true)?;
-                AsyncListener::Tcp(tokio::net::TcpListener::from_std(l)?)
-            }
-            Listener::Unix(l) => {
-                l.set_nonblocking(true)?;
-                AsyncListener::Unix(tokio::net::UnixListener::from_std(l)?)
-            }
-        })
-    }
-}
-
 async fn accept_loop(
     shared: Arc<Shared>,
     frontend: usize,
@@ -161,31 +140,16 @@ async fn accept_loop(
                 drop(permit);
                 let bind = &shared.config.frontends[frontend].bind;
                 tracing::warn!(frontend = %bind, "accept failed: {e}");
-                if is_resource_error(&e) {
-                    // Out of fds or memory: back off instead of spinning; the kernel keeps queueing.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                lb_supervisor::back_off_after(&e).await;
             }
         }
     }
 }
 
 async fn accept(listener: &AsyncListener, keepalive: Option<Duration>) -> std::io::Result<Client> {
-    match listener {
-        AsyncListener::Tcp(l) => {
-            let (stream, peer) = l.accept().await?;
-            let _ = stream.set_nodelay(true);
-            if let Some(idle) = keepalive {
-                let _ =
-                    socket2::SockRef::from(&stream).set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(idle));
-            }
-            let local = stream.local_addr().ok();
-            Ok(Client::Tcp { stream, peer, local })
-        }
-        AsyncListener::Unix(l) => Ok(Client::Unix(l.accept().await?.0)),
-    }
+    Ok(match listener.accept(keepalive).await? {
+        Accepted::Tcp { stream, peer, local } => Client::Tcp { stream, peer, local },
+        Accepted::Unix(stream) => Client::Unix(stream),
+    })
 }
 
-fn is_resource_error(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(23 | 24 | 105 | 12)) // ENFILE, EMFILE, ENOBUFS, ENOMEM
-}

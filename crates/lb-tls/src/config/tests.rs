@@ -51,6 +51,6 @@ fn the_example_configuration_is_valid_but_for_its_certificate_files() {
         Err(e) => e.to_string(),
     };
     for line in e.lines() {
-        assert!(line.contains("cannot read /etc/lb-tls/"), "only the certificate files are missing: {line}");
+        assert!(line.contains("cannot read /etc/lb/"), "only the certificate files are missing: {line}");
     }
 }

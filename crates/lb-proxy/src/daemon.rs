@@ -28,11 +28,7 @@ impl Daemon for ProxyDaemon {
             user: global.user.clone(),
             group: global.group.clone(),
             worker_threads: global.worker_threads,
-            settings: Settings {
-                max_old_workers: global.max_old_workers,
-                hard_stop_after_ms: global.hard_stop_after.map(|d| d.as_millis() as u64),
-                worker_start_timeout_ms: global.worker_start_timeout.as_millis() as u64,
-            },
+            settings: Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout),
         }
     }
 

@@ -345,24 +345,12 @@ impl ProxyProcess {
 
     /// An access-log line matching `pred` within `within`, or `None`.
     pub async fn wait_for_log_within(&self, within: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
-        let mut found = None;
-        wait_until(within, || {
-            found = lock(&self.stdout).iter().find(|l| pred(l)).cloned();
-            found.is_some()
-        })
-        .await;
-        found
+        first_line_within(&self.stdout, within, pred).await
     }
 
     /// Waits (10 s) for a stderr line matching `pred` and returns it; panics when none comes.
     pub async fn wait_for_stderr(&self, pred: impl Fn(&str) -> bool) -> String {
-        let mut found = None;
-        wait_until(DEFAULT_WAIT, || {
-            found = lock(&self.stderr).iter().find(|l| pred(l)).cloned();
-            found.is_some()
-        })
-        .await;
-        found.unwrap_or_else(|| {
+        first_line_within(&self.stderr, DEFAULT_WAIT, pred).await.unwrap_or_else(|| {
             panic!("no matching stderr line within {DEFAULT_WAIT:?}; stderr:\n{}", self.stderr().join("\n"))
         })
     }
@@ -511,6 +499,17 @@ pub(crate) fn lock(lines: &Lines) -> std::sync::MutexGuard<'_, Vec<String>> {
 
 pub(crate) fn snapshot(lines: &Lines) -> Vec<String> {
     lock(lines).clone()
+}
+
+/// The first of `lines` matching `pred`, waiting up to `within` for one to come.
+pub(crate) async fn first_line_within(lines: &Lines, within: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+    let mut found = None;
+    wait_until(within, || {
+        found = lock(lines).iter().find(|l| pred(l)).cloned();
+        found.is_some()
+    })
+    .await;
+    found
 }
 
 pub(crate) fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> JoinHandle<()> {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::proxy::{listening_tcp_ports, lock, read_lines, snapshot, tail, Lines};
-use crate::{bin_path, free_port, wait_until, wait_until_blocking, StartError, DEFAULT_WAIT};
+use crate::proxy::{first_line_within, listening_tcp_ports, read_lines, snapshot, tail, Lines};
+use crate::{bin_path, free_port, wait_until_blocking, StartError, DEFAULT_WAIT};
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -153,13 +153,7 @@ impl TlsProcess {
 
     /// A stderr line matching `pred` within `within`, or `None`.
     pub async fn wait_for_stderr_within(&self, within: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
-        let mut found = None;
-        wait_until(within, || {
-            found = lock(&self.stderr).iter().find(|l| pred(l)).cloned();
-            found.is_some()
-        })
-        .await;
-        found
+        first_line_within(&self.stderr, within, pred).await
     }
 
     /// Waits (10 s) for a stderr line matching `pred`; panics with stderr when none comes.

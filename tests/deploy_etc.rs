@@ -64,7 +64,11 @@ fn the_example_files_pass_their_checks_together() {
     let watcher = install("lb-watcher.yaml", dir);
     check("lb-watcher", &watcher);
     let watcher_text = read(&watcher);
-    assert_eq!(value_of(&watcher_text, "config").map(PathBuf::from), Some(proxy.clone()), "lb-watcher writes lb-proxy's file");
+    assert_eq!(
+        value_of(&watcher_text, "config").map(PathBuf::from),
+        Some(proxy.clone()),
+        "lb-watcher writes lb-proxy's file"
+    );
 
     // lb-tls with the certificates it names, made here.
     let certs = TestCerts::new();

@@ -54,7 +54,9 @@ fn smf_manifests_follow_the_process_model() {
         // A crashing worker is the master's to replace, not a reason to restart the service.
         assert!(text.contains(r#"name="ignore_error" type="astring" value="core,signal""#), "{daemon}");
         // Refresh is the synchronous reload: a bad file fails `svcadm refresh`.
-        assert!(text.contains(r#"name="refresh""#) && text.contains("exec=\"/opt/lb/bin/lbctl -f %{config/file} reload\""));
+        assert!(
+            text.contains(r#"name="refresh""#) && text.contains("exec=\"/opt/lb/bin/lbctl -f %{config/file} reload\"")
+        );
         // Graceful stop: SIGTERM to the master only.
         assert!(text.contains(r#"exec="/opt/lb/lib/svc/method/lb-stop""#), "{daemon}: stop");
         assert!(text.contains("net_privaddr"), "{daemon}: the privilege to bind :80/:443");

@@ -49,11 +49,11 @@ pub use error::{Diagnostic, Error};
 /// `file:line:col: field: message` the same way.
 pub use load::serde_diagnostics;
 pub use locate::{child, item, DuplicateKey, Locations, Pos};
-pub use units::{format_duration, parse_duration};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
     HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogTarget, Mode, Rule, Server, Stats, Timeouts,
 };
+pub use units::{format_duration, parse_duration};
 
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::time::{Instant, SystemTime};
 
+pub(crate) use lb_proxy_protocol::TlsFacts;
+
 /// The facts of one accepted connection, fixed once the PROXY header (if any) has been read.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnFacts {
@@ -22,19 +24,6 @@ pub(crate) struct ConnFacts {
     pub(crate) accepted_at: SystemTime,
     /// Monotonic accept time, for the log's timers.
     pub(crate) accepted: Instant,
-}
-
-/// The PROXY v2 `PP2_TYPE_SSL` TLV and its sub-TLVs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct TlsFacts {
-    /// e.g. `TLSv1.3` (`PP2_SUBTYPE_SSL_VERSION`).
-    pub(crate) version: Option<String>,
-    /// e.g. `TLS_AES_256_GCM_SHA384` (`PP2_SUBTYPE_SSL_CIPHER`).
-    pub(crate) cipher: Option<String>,
-    /// `PP2_CLIENT_CERT_CONN`: a client certificate was presented on this connection.
-    pub(crate) client_cert: bool,
-    /// The client certificate verified (the TLV's `verify` field was 0).
-    pub(crate) client_cert_verified: bool,
 }
 
 impl ConnFacts {

@@ -19,7 +19,7 @@
 //! - `tcp`: TCP mode: bidirectional copy with half-close.
 //! - `connect`: connecting to a server with retries and redispatch.
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
-//! - `proxy_protocol`, `facts`: PROXY v1/v2 headers and what they tell about a connection.
+//! - `facts`: what a connection's socket and PROXY header (crate `lb-proxy-protocol`) tell.
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
 //! - `runtime`: the runtime commands (HAProxy's CLI: `show stat`, `set server`, `add server` …).
 //! - `counters`, `stats`: traffic counters; `show stat`'s CSV, `show info`, the stats page and
@@ -36,7 +36,6 @@ mod health;
 mod http;
 mod listener;
 mod log;
-mod proxy_protocol;
 mod runtime;
 mod serve;
 mod stats;
@@ -48,4 +47,4 @@ pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, 
 pub use serve::{run, start, start_supervised, Server};
 
 #[doc(hidden)]
-pub use proxy_protocol::fuzz_parse;
+pub use lb_proxy_protocol::fuzz_parse;

@@ -18,12 +18,12 @@ use crate::facts::ConnFacts;
 use crate::http::Pool;
 use crate::listener::ClientStream;
 use crate::log::Logger;
-use crate::proxy_protocol::read_proxy_header;
 use crate::runtime::ProxyRuntime;
 use crate::{health, Error, Listeners};
-use lb_supervisor::{Accepted, AsyncListener, Listener};
+use lb_proxy_protocol::read_proxy_header;
 use lb_supervisor::MasterLink;
 use lb_supervisor::Shutdown;
+use lb_supervisor::{Accepted, AsyncListener, Listener};
 
 /// Everything the connections of one serving process share.
 #[derive(Debug)]

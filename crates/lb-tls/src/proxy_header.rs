@@ -10,22 +10,13 @@
 use std::net::SocketAddr;
 
 use openssl::ssl::SslRef;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
-const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
-const PP2_TYPE_ALPN: u8 = 0x01;
-const PP2_TYPE_AUTHORITY: u8 = 0x02;
-const PP2_TYPE_SSL: u8 = 0x20;
-const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
-const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
-const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
-const PP2_SUBTYPE_SSL_SIG_ALG: u8 = 0x24;
-const PP2_SUBTYPE_SSL_KEY_ALG: u8 = 0x25;
-const PP2_CLIENT_SSL: u8 = 0x01;
-const PP2_CLIENT_CERT_CONN: u8 = 0x02;
-const PP2_CLIENT_CERT_SESS: u8 = 0x04;
-/// The longest v1 line, CRLF included.
-const V1_MAX_LEN: usize = 107;
+use lb_proxy_protocol::pp2::{
+    PP2_CLIENT_CERT_CONN, PP2_CLIENT_CERT_SESS, PP2_CLIENT_SSL, PP2_SUBTYPE_SSL_CIPHER, PP2_SUBTYPE_SSL_CN,
+    PP2_SUBTYPE_SSL_KEY_ALG, PP2_SUBTYPE_SSL_SIG_ALG, PP2_SUBTYPE_SSL_VERSION, PP2_TYPE_ALPN, PP2_TYPE_AUTHORITY,
+    PP2_TYPE_SSL, V2_SIGNATURE,
+};
 
 /// A v1 header: addresses only.
 pub(crate) fn v1(client: Option<SocketAddr>, local: Option<SocketAddr>) -> Vec<u8> {
@@ -143,54 +134,6 @@ pub(crate) struct Received {
 
 /// Reads one v1 or v2 header, and exactly its bytes: the TLS ClientHello follows.
 pub(crate) async fn read<S: AsyncRead + Unpin>(io: &mut S) -> Result<Received, String> {
-    let io_err = |e: std::io::Error| format!("reading the PROXY header: {e}");
-    let mut bytes = vec![0u8; 16];
-    io.read_exact(&mut bytes[..8]).await.map_err(io_err)?;
-    if bytes.starts_with(&V2_SIGNATURE[..8]) {
-        io.read_exact(&mut bytes[8..16]).await.map_err(io_err)?;
-        let len = usize::from(u16::from_be_bytes([bytes[14], bytes[15]]));
-        bytes.resize(16 + len, 0);
-        io.read_exact(&mut bytes[16..]).await.map_err(io_err)?;
-        let header =
-            ppp::v2::Header::try_from(bytes.as_slice()).map_err(|e| format!("malformed PROXY v2 header: {e}"))?;
-        let addresses = match header.addresses {
-            ppp::v2::Addresses::IPv4(a) => Some((
-                SocketAddr::from((a.source_address, a.source_port)),
-                SocketAddr::from((a.destination_address, a.destination_port)),
-            )),
-            ppp::v2::Addresses::IPv6(a) => Some((
-                SocketAddr::from((a.source_address, a.source_port)),
-                SocketAddr::from((a.destination_address, a.destination_port)),
-            )),
-            _ => None,
-        };
-        let addresses = if header.command == ppp::v2::Command::Local { None } else { addresses };
-        Ok(Received { bytes, addresses })
-    } else if bytes.starts_with(b"PROXY ") {
-        bytes.truncate(8);
-        while bytes.last() != Some(&b'\n') {
-            if bytes.len() >= V1_MAX_LEN {
-                return Err(format!("malformed PROXY v1 header: no CRLF within {V1_MAX_LEN} bytes"));
-            }
-            let mut one = [0u8; 1];
-            io.read_exact(&mut one).await.map_err(io_err)?;
-            bytes.push(one[0]);
-        }
-        let header =
-            ppp::v1::Header::try_from(bytes.as_slice()).map_err(|e| format!("malformed PROXY v1 header: {e}"))?;
-        let addresses = match header.addresses {
-            ppp::v1::Addresses::Tcp4(a) => Some((
-                SocketAddr::from((a.source_address, a.source_port)),
-                SocketAddr::from((a.destination_address, a.destination_port)),
-            )),
-            ppp::v1::Addresses::Tcp6(a) => Some((
-                SocketAddr::from((a.source_address, a.source_port)),
-                SocketAddr::from((a.destination_address, a.destination_port)),
-            )),
-            ppp::v1::Addresses::Unknown => None,
-        };
-        Ok(Received { bytes, addresses })
-    } else {
-        Err("missing PROXY header (proxy_proxy is set on this frontend)".to_owned())
-    }
+    let (header, bytes) = lb_proxy_protocol::read_proxy_header_raw(io).await.map_err(|e| e.to_string())?;
+    Ok(Received { bytes, addresses: header.client.zip(header.local) })
 }

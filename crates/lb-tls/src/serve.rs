@@ -152,4 +152,3 @@ async fn accept(listener: &AsyncListener, keepalive: Option<Duration>) -> std::i
         Accepted::Unix(stream) => Client::Unix(stream),
     })
 }
-

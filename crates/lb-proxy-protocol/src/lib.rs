@@ -1,31 +1,33 @@
-//! PROXY protocol v1 and v2 headers (HAProxy's `proxy-protocol.txt`), read on binds with
-//! `accept_proxy`.
+//! PROXY protocol v1 and v2 headers (HAProxy's `proxy-protocol.txt`), read exactly: used by
+//! lb-proxy on binds with `accept_proxy`, and by lb-tls on frontends with `proxy_proxy`.
 //!
 //! lb-tls (or another load balancer) terminates the client's connection and opens one to us; the
 //! header it writes first is the only place where the real client address, the address the client
 //! connected to, and the TLS facts (version, cipher, SNI, ALPN, client certificate) survive.
 //!
-//! Why exact reads: the header is followed directly by the client's data (an HTTP request, or raw
-//! bytes for a TCP frontend) and the stream is handed on as it is, so not one byte past the header
-//! may be consumed. A v2 header announces its length in its 16-byte fixed part; a v1 header is a
-//! text line ending in CRLF, read in chunks never longer than the shortest valid rest of the line.
+//! Why exact reads: the header is followed directly by the client's data (an HTTP request, raw
+//! bytes for a TCP frontend, or a TLS ClientHello) and the stream is handed on as it is, so not
+//! one byte past the header may be consumed. A v2 header announces its length in its 16-byte
+//! fixed part; a v1 header is a text line ending in CRLF, read in chunks never longer than the
+//! shortest valid rest of the line.
 //!
 //! Why no leniency: a missing or malformed header is an error, never a guess. Taking the socket
 //! peer (lb-tls) for the client would attribute requests to the wrong address; the caller logs the
 //! reason and closes the connection. The caller also applies the timeout.
+//!
+//! Main items: [`read_proxy_header`] (and [`read_proxy_header_raw`], which also gives the exact
+//! bytes, for passing the header on), [`ProxyHeader`], [`TlsFacts`], [`ProxyError`]; the fuzz
+//! target `fuzz/proxy_header` drives [`fuzz_parse`].
+#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 
 use ppp::{v1, v2};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::facts::TlsFacts;
-
 #[cfg(test)]
 mod tests;
 
-/// The 12-byte signature that starts every v2 header.
-const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 /// Signature, version/command, family/protocol, 16-bit length.
 const V2_FIXED_LEN: usize = 16;
 /// The longest v1 line, CRLF included.
@@ -36,35 +38,63 @@ const V1_MIN_LEN: usize = 15;
 /// shortest header, and enough to show what a client that sent no header sent instead.
 const SNIFF_LEN: usize = 8;
 
-const PP2_TYPE_ALPN: u8 = 0x01;
-const PP2_TYPE_AUTHORITY: u8 = 0x02;
-const PP2_TYPE_CRC32C: u8 = 0x03;
-const PP2_TYPE_SSL: u8 = 0x20;
-const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
-const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
-const PP2_CLIENT_SSL: u8 = 0x01;
-const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+/// The protocol's numbers, for whoever reads or writes a v2 header.
+pub mod pp2 {
+    /// The 12-byte signature that starts every v2 header.
+    pub const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
+    pub const PP2_TYPE_ALPN: u8 = 0x01;
+    pub const PP2_TYPE_AUTHORITY: u8 = 0x02;
+    pub const PP2_TYPE_CRC32C: u8 = 0x03;
+    pub const PP2_TYPE_SSL: u8 = 0x20;
+    pub const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+    pub const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
+    pub const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
+    pub const PP2_SUBTYPE_SSL_SIG_ALG: u8 = 0x24;
+    pub const PP2_SUBTYPE_SSL_KEY_ALG: u8 = 0x25;
+    /// `PP2_TYPE_SSL` client flags.
+    pub const PP2_CLIENT_SSL: u8 = 0x01;
+    pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+    pub const PP2_CLIENT_CERT_SESS: u8 = 0x04;
+}
+
+use pp2::{
+    PP2_CLIENT_CERT_CONN, PP2_CLIENT_SSL, PP2_SUBTYPE_SSL_CIPHER, PP2_SUBTYPE_SSL_VERSION, PP2_TYPE_ALPN,
+    PP2_TYPE_AUTHORITY, PP2_TYPE_CRC32C, PP2_TYPE_SSL, V2_SIGNATURE,
+};
+
+/// The PROXY v2 `PP2_TYPE_SSL` TLV and its sub-TLVs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFacts {
+    /// e.g. `TLSv1.3` (`PP2_SUBTYPE_SSL_VERSION`).
+    pub version: Option<String>,
+    /// e.g. `TLS_AES_256_GCM_SHA384` (`PP2_SUBTYPE_SSL_CIPHER`).
+    pub cipher: Option<String>,
+    /// `PP2_CLIENT_CERT_CONN`: a client certificate was presented on this connection.
+    pub client_cert: bool,
+    /// The client certificate verified (the TLV's `verify` field was 0).
+    pub client_cert_verified: bool,
+}
 
 /// What a PROXY header said about the connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ProxyHeader {
+pub struct ProxyHeader {
     /// The real client; `None` for v1 `UNKNOWN`, v2 `LOCAL` (health checks of the sender) and v2
     /// families or transports other than TCP over IPv4/IPv6 (HAProxy keeps the socket's addresses
     /// in those cases).
-    pub(crate) client: Option<SocketAddr>,
+    pub client: Option<SocketAddr>,
     /// The address the client connected to; `None` exactly when `client` is.
-    pub(crate) local: Option<SocketAddr>,
+    pub local: Option<SocketAddr>,
     /// From the v2 SSL TLV, when its `PP2_CLIENT_SSL` flag says the client used TLS.
-    pub(crate) tls: Option<TlsFacts>,
+    pub tls: Option<TlsFacts>,
     /// The v2 ALPN TLV.
-    pub(crate) alpn: Option<String>,
+    pub alpn: Option<String>,
     /// The v2 AUTHORITY TLV (the SNI host name).
-    pub(crate) authority: Option<String>,
+    pub authority: Option<String>,
 }
 
 /// Why no usable PROXY header was read.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ProxyError {
+pub enum ProxyError {
     /// The connection starts with something else (shown escaped, at most 8 bytes).
     #[error("missing PROXY header (first bytes: \"{0}\")")]
     Missing(String),
@@ -88,7 +118,13 @@ pub(crate) enum ProxyError {
 }
 
 /// Reads one PROXY header (v1 or v2) and exactly its bytes, never a byte of the data that follows.
-pub(crate) async fn read_proxy_header<S: AsyncRead + Unpin>(io: &mut S) -> Result<ProxyHeader, ProxyError> {
+pub async fn read_proxy_header<S: AsyncRead + Unpin>(io: &mut S) -> Result<ProxyHeader, ProxyError> {
+    read_proxy_header_raw(io).await.map(|(header, _)| header)
+}
+
+/// [`read_proxy_header`], with the header's exact bytes: for a proxy that passes the header on
+/// (lb-tls's `proxy_proxy`).
+pub async fn read_proxy_header_raw<S: AsyncRead + Unpin>(io: &mut S) -> Result<(ProxyHeader, Vec<u8>), ProxyError> {
     let mut buf = Vec::with_capacity(V2_FIXED_LEN + 64);
     fill(io, &mut buf, SNIFF_LEN).await?;
     if buf.starts_with(&V2_SIGNATURE[..SNIFF_LEN]) {
@@ -116,11 +152,11 @@ pub(crate) async fn read_proxy_header<S: AsyncRead + Unpin>(io: &mut S) -> Resul
     } else {
         return Err(missing(&buf));
     }
-    parse(&buf)
+    parse(&buf).map(|header| (header, buf))
 }
 
 /// Parses a complete header, and nothing after it: `bytes` must be exactly one v1 or v2 header.
-pub(crate) fn parse(bytes: &[u8]) -> Result<ProxyHeader, ProxyError> {
+pub fn parse(bytes: &[u8]) -> Result<ProxyHeader, ProxyError> {
     if bytes.starts_with(V2_SIGNATURE) {
         parse_v2(bytes)
     } else if bytes.starts_with(b"PROXY") {

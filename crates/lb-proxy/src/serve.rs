@@ -279,17 +279,7 @@ pub async fn start_supervised(
     if let Some((listener, settings)) = stats {
         tokio::spawn(crate::stats::serve_http(runtime.clone(), listener, settings, shutdown.clone(), tracker.clone()));
     }
-    let mut stop = shutdown.clone();
-    let done = tokio::spawn(async move {
-        for accept in loops {
-            let _ = accept.await;
-        }
-        tracker.close();
-        tokio::select! {
-            _ = tracker.wait() => {}
-            _ = stop.stopped() => {}
-        }
-    });
+    let done = lb_supervisor::finish_when_drained(loops, tracker, shutdown);
     Ok(Server { proxy, runtime, done })
 }
 

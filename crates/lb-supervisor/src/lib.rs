@@ -55,4 +55,4 @@ pub use error::Error;
 pub use listen::{bind_all, bind_one, Listener, Listeners};
 pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};
 pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};
-pub use shutdown::{channel as shutdown_channel, Phase, Shutdown, ShutdownHandle};
+pub use shutdown::{channel as shutdown_channel, finish_when_drained, Phase, Shutdown, ShutdownHandle};

@@ -87,3 +87,23 @@ impl Shutdown {
         self.reached(Phase::Stopped).await;
     }
 }
+
+/// How a worker's serving ends, the same for every daemon: once every accept loop has returned
+/// (they return when the drain starts), no new connection is tracked; the task this returns
+/// ends when the last tracked connection has, or at once on a hard stop.
+pub fn finish_when_drained(
+    accept_loops: Vec<tokio::task::JoinHandle<()>>,
+    connections: tokio_util::task::TaskTracker,
+    mut shutdown: Shutdown,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for accept in accept_loops {
+            let _ = accept.await;
+        }
+        connections.close();
+        tokio::select! {
+            _ = connections.wait() => {}
+            _ = shutdown.stopped() => {}
+        }
+    })
+}

@@ -97,17 +97,7 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
             tokio::spawn(accept_loop(shared.clone(), index, listener, shutdown.clone(), tracker.clone()))
         })
         .collect();
-    let mut stop = shutdown;
-    let done = tokio::spawn(async move {
-        for accept in loops {
-            let _ = accept.await;
-        }
-        tracker.close();
-        tokio::select! {
-            _ = tracker.wait() => {}
-            _ = stop.stopped() => {}
-        }
-    });
+    let done = lb_supervisor::finish_when_drained(loops, tracker, shutdown);
     Ok(Server { shared, done })
 }
 

@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 pub mod certs;
+mod child;
 pub mod client;
 pub mod lbctl;
 pub mod load;

@@ -5,16 +5,16 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use lb_config::{Config, ListenAddr};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
-use crate::{bin_path, free_port, wait_until, wait_until_blocking, DEFAULT_WAIT};
+use crate::child::DaemonChild;
+use crate::{bin_path, free_port, wait_until, DEFAULT_WAIT};
 
 mod setup;
 pub(crate) use setup::listening_tcp_ports;
@@ -22,8 +22,6 @@ use setup::{listening_unix_paths, with_private_control_socket};
 
 /// How long a start may take before the proxy is considered broken.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-/// After SIGTERM on drop, how long the proxy may drain before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How many times [`ProxyProcess::start_with`] picks new ports after a bind conflict.
 const START_TRIES: usize = 5;
 
@@ -34,8 +32,7 @@ pub(crate) type Lines = Arc<Mutex<Vec<String>>>;
 /// (SIGTERM, then SIGKILL after a grace period); when the test is panicking, the captured lines
 /// are printed to help the diagnosis.
 pub struct ProxyProcess {
-    child: Child,
-    exit: Option<ExitStatus>,
+    child: DaemonChild,
     /// Holds the configuration file; removed on drop.
     dir: tempfile::TempDir,
     config_path: PathBuf,
@@ -76,7 +73,7 @@ impl StartOptions {
 impl fmt::Debug for ProxyProcess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProxyProcess")
-            .field("pid", &self.child.id())
+            .field("pid", &self.child.pid())
             .field("config", &self.config_path)
             .field("ports", &self.tcp_ports)
             .finish_non_exhaustive()
@@ -198,8 +195,7 @@ impl ProxyProcess {
             readers.push(read_lines(err, stderr.clone(), "lb-proxy-stderr"));
         }
         let mut proxy = ProxyProcess {
-            child,
-            exit: None,
+            child: DaemonChild::new(child),
             dir,
             config_path,
             tcp_ports,
@@ -317,7 +313,7 @@ impl ProxyProcess {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 
     /// Every access-log line (stdout) so far.
@@ -369,17 +365,12 @@ impl ProxyProcess {
 
     /// Sends `signal` to the process.
     pub fn kill_with(&self, signal: Signal) {
-        if self.exit.is_none() {
-            let _ = kill(Pid::from_raw(self.pid() as i32), signal);
-        }
+        self.child.kill_with(signal);
     }
 
     /// The exit status, if the process has exited (reaps it).
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self.child.try_wait().ok().flatten();
-        }
-        self.exit
+        self.child.try_exit()
     }
 
     /// Waits up to `within` for the process to exit.
@@ -422,53 +413,14 @@ impl ProxyProcess {
 
     /// Stops the process now (SIGTERM, then SIGKILL after a grace) and returns its status.
     pub fn stop(&mut self) -> Option<ExitStatus> {
-        if self.try_exit().is_none() {
-            self.kill_with(Signal::SIGTERM);
-            wait_until_blocking(STOP_GRACE, || self.child.try_wait().ok().flatten().is_some());
-            if self.try_exit().is_none() {
-                let _ = self.child.kill();
-                self.exit = self.child.wait().ok();
-            }
-        }
-        self.exit
+        self.child.stop()
     }
 }
 
 /// Runs `lb-proxy ARGS` in `dir` to completion (for `-c`, or a start expected to fail) and
 /// returns its output; kills it and panics if it is still running after `within`.
 pub fn run_lb_proxy(args: &[&str], dir: &Path, within: Duration) -> std::process::Output {
-    let mut child = Command::new(bin_path("lb-proxy"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning lb-proxy");
-    let out: Lines = Arc::default();
-    let err: Lines = Arc::default();
-    let readers = [
-        child.stdout.take().map(|o| read_lines(o, out.clone(), "lb-proxy-stdout")),
-        child.stderr.take().map(|e| read_lines(e, err.clone(), "lb-proxy-stderr")),
-    ];
-    let exited = wait_until_blocking(within, || child.try_wait().ok().flatten().is_some());
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("`lb-proxy {}` still running after {within:?}; stderr:\n{}", args.join(" "), snapshot(&err).join("\n"));
-    }
-    let status = child.wait().expect("exit status");
-    for reader in readers.into_iter().flatten() {
-        let _ = reader.join();
-    }
-    let join = |lines: &Lines| {
-        let mut text = snapshot(lines).join("\n");
-        if !text.is_empty() {
-            text.push('\n');
-        }
-        text.into_bytes()
-    };
-    std::process::Output { status, stdout: join(&out), stderr: join(&err) }
+    crate::child::run_to_completion("lb-proxy", args, dir, within)
 }
 
 impl Drop for ProxyProcess {

@@ -1,22 +1,20 @@
 //! [`TlsProcess`]: the real `lb-tls` binary, started on a configuration the test wrote, with
 //! its stderr (handshake failures, reload messages) captured line by line.
 
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
+use crate::child::DaemonChild;
 use crate::proxy::{first_line_within, listening_tcp_ports, read_lines, snapshot, tail, Lines};
-use crate::{bin_path, free_port, wait_until_blocking, StartError, DEFAULT_WAIT};
+use crate::{bin_path, free_port, StartError, DEFAULT_WAIT};
 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-const STOP_GRACE: Duration = Duration::from_secs(3);
 const START_TRIES: usize = 5;
 
 /// A running `lb-tls -f FILE` in a temporary directory of its own (relative paths in the
@@ -24,8 +22,7 @@ const START_TRIES: usize = 5;
 /// stops the process (SIGTERM, then SIGKILL).
 #[derive(Debug)]
 pub struct TlsProcess {
-    child: Child,
-    exit: Option<ExitStatus>,
+    child: DaemonChild,
     dir: tempfile::TempDir,
     config_path: PathBuf,
     ports: Vec<u16>,
@@ -70,7 +67,8 @@ impl TlsProcess {
             .map_err(|e| StartError::Config(format!("spawning lb-tls: {e}")))?;
         let stderr: Lines = Arc::default();
         let readers = child.stderr.take().map(|e| read_lines(e, stderr.clone(), "lb-tls-stderr")).into_iter().collect();
-        let mut tls = TlsProcess { child, exit: None, dir, config_path, ports: ports.to_vec(), stderr, readers };
+        let mut tls =
+            TlsProcess { child: DaemonChild::new(child), dir, config_path, ports: ports.to_vec(), stderr, readers };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = tls.try_exit() {
@@ -138,7 +136,7 @@ impl TlsProcess {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 
     /// The worker processes now.
@@ -164,30 +162,19 @@ impl TlsProcess {
         }
     }
 
+    /// Sends `signal` to the process.
     pub fn kill_with(&self, signal: Signal) {
-        if self.exit.is_none() {
-            let _ = kill(Pid::from_raw(self.pid() as i32), signal);
-        }
+        self.child.kill_with(signal);
     }
 
+    /// The exit status, if the process has exited (reaps it).
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self.child.try_wait().ok().flatten();
-        }
-        self.exit
+        self.child.try_exit()
     }
 
-    /// Stops the process now (SIGTERM, then SIGKILL after a grace).
+    /// Stops the process now (SIGTERM, then SIGKILL after a grace) and returns its status.
     pub fn stop(&mut self) -> Option<ExitStatus> {
-        if self.try_exit().is_none() {
-            self.kill_with(Signal::SIGTERM);
-            wait_until_blocking(STOP_GRACE, || self.child.try_wait().ok().flatten().is_some());
-            if self.try_exit().is_none() {
-                let _ = self.child.kill();
-                self.exit = self.child.wait().ok();
-            }
-        }
-        self.exit
+        self.child.stop()
     }
 }
 
@@ -207,27 +194,5 @@ impl Drop for TlsProcess {
 
 /// Runs `lb-tls ARGS` in `dir` to completion (`-c`, or a start that must fail).
 pub fn run_lb_tls(args: &[&str], dir: &Path, within: Duration) -> std::process::Output {
-    let mut child = Command::new(bin_path("lb-tls"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning lb-tls");
-    let exited = wait_until_blocking(within, || child.try_wait().ok().flatten().is_some());
-    if !exited {
-        let _ = child.kill();
-    }
-    let status = child.wait().expect("exit status");
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_end(&mut stdout);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_end(&mut stderr);
-    }
-    assert!(exited, "`lb-tls {}` still running after {within:?}", args.join(" "));
-    std::process::Output { status, stdout, stderr }
+    crate::child::run_to_completion("lb-tls", args, dir, within)
 }

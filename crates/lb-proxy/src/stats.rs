@@ -245,6 +245,27 @@ fn last_session(counters: &Counters) -> i64 {
     }
 }
 
+/// The columns a backend row and a server row fill the same way from their counters (which
+/// `Row` keeps in HAProxy's column order, whatever order they are set in).
+fn server_side_traffic(row: &mut Row, c: &Counters) {
+    let t = c.totals();
+    row.set("smax", t.max_sessions)
+        .set("stot", t.sessions)
+        .set("bout", t.bytes_out)
+        .set("econ", t.connect_errors)
+        .set("eresp", t.response_errors)
+        .set("wretr", t.retries)
+        .set("wredis", t.redispatches)
+        .set("lbtot", t.sessions)
+        .set("rate", c.session_rate.per_second())
+        .set("rate_max", c.session_rate.max())
+        .set("req_tot", t.requests)
+        .set("cli_abrt", t.client_aborts)
+        .set("srv_abrt", t.server_aborts)
+        .set("lastsess", last_session(c));
+    responses(row, c);
+}
+
 fn responses(row: &mut Row, counters: &Counters) {
     for (i, column) in ["hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx", "hrsp_other"].iter().enumerate() {
         row.set(column, counters.responses(i));
@@ -358,21 +379,13 @@ fn frontend_row(proxy: &Proxy, index: usize, fe: &FrontendState) -> Row {
 
 fn server_row(backend: &BackendState, server: &ServerState, iid: usize) -> Row {
     let c = &server.counters;
-    let t = c.totals();
     let (failed_checks, downs) = server.check_counts();
     let mut row = Row::new();
     row.set("pxname", backend.name())
         .set("svname", server.name())
         .set("qcur", 0)
         .set("scur", server.current_conns())
-        .set("smax", t.max_sessions)
         .set("slim", server.config().max_connections.map(|n| n.to_string()).unwrap_or_default())
-        .set("stot", t.sessions)
-        .set("bout", t.bytes_out)
-        .set("econ", t.connect_errors)
-        .set("eresp", t.response_errors)
-        .set("wretr", t.retries)
-        .set("wredis", t.redispatches)
         .set("status", server_status(server))
         .set("weight", server.weight())
         .set("act", 1)
@@ -381,18 +394,11 @@ fn server_row(backend: &BackendState, server: &ServerState, iid: usize) -> Row {
         .set("pid", PROCESS_NUMBER)
         .set("iid", iid)
         .set("sid", server_id(server))
-        .set("lbtot", t.sessions)
         .set("type", 2)
-        .set("rate", c.session_rate.per_second())
-        .set("rate_max", c.session_rate.max())
-        .set("req_tot", t.requests)
-        .set("cli_abrt", t.client_aborts)
-        .set("srv_abrt", t.server_aborts)
-        .set("lastsess", last_session(c))
         .set("addr", server.addr())
         .set("mode", mode(backend.config().mode))
         .set("uweight", server.weight());
-    responses(&mut row, c);
+    server_side_traffic(&mut row, c);
     if server.config().check {
         let check = server.last_check();
         let settings = &backend.config().health_check;
@@ -412,7 +418,6 @@ fn server_row(backend: &BackendState, server: &ServerState, iid: usize) -> Row {
 
 fn backend_row(backend: &BackendState, iid: usize) -> Row {
     let c = &backend.counters;
-    let t = c.totals();
     let servers = backend.servers();
     let now = Instant::now();
     let active = servers.iter().filter(|s| s.usable_weight(now).is_some()).count();
@@ -424,13 +429,6 @@ fn backend_row(backend: &BackendState, iid: usize) -> Row {
         .set("svname", "BACKEND")
         .set("qcur", backend.queued())
         .set("scur", backend.current_conns())
-        .set("smax", t.max_sessions)
-        .set("stot", t.sessions)
-        .set("bout", t.bytes_out)
-        .set("econ", t.connect_errors)
-        .set("eresp", t.response_errors)
-        .set("wretr", t.retries)
-        .set("wredis", t.redispatches)
         .set("status", backend_status(backend))
         .set("weight", weight)
         .set("act", active)
@@ -440,18 +438,11 @@ fn backend_row(backend: &BackendState, iid: usize) -> Row {
         .set("pid", PROCESS_NUMBER)
         .set("iid", iid)
         .set("sid", 0)
-        .set("lbtot", t.sessions)
         .set("type", 1)
-        .set("rate", c.session_rate.per_second())
-        .set("rate_max", c.session_rate.max())
-        .set("req_tot", t.requests)
-        .set("cli_abrt", t.client_aborts)
-        .set("srv_abrt", t.server_aborts)
-        .set("lastsess", last_session(c))
         .set("mode", mode(backend.config().mode))
         .set("algo", algo(backend.config().balance))
         .set("uweight", weight);
-    responses(&mut row, c);
+    server_side_traffic(&mut row, c);
     row
 }
 

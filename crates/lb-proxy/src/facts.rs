@@ -2,6 +2,7 @@
 //! that lb-tls or another load balancer put in front) and the TLS facts that header carried.
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
 
 pub(crate) use lb_proxy_protocol::TlsFacts;
@@ -24,6 +25,9 @@ pub(crate) struct ConnFacts {
     pub(crate) accepted_at: SystemTime,
     /// Monotonic accept time, for the log's timers.
     pub(crate) accepted: Instant,
+    /// The client as access-log lines write it (`ip:port`), rendered for the first line of the
+    /// connection and copied into the next ones, with the address it was rendered for.
+    pub(crate) log_client: OnceLock<(Option<SocketAddr>, Box<str>)>,
 }
 
 impl ConnFacts {
@@ -37,6 +41,7 @@ impl ConnFacts {
             authority: None,
             accepted_at: SystemTime::now(),
             accepted: Instant::now(),
+            log_client: OnceLock::new(),
         }
     }
 }

@@ -13,7 +13,7 @@ mod headers;
 mod upstream;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -159,7 +159,6 @@ pub(crate) async fn serve(
 fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8; 2]) {
     let ex = Exchange {
         ctx: ctx.clone(),
-        accept_date: SystemTime::now() - since.elapsed(),
         started: since,
         tr: -1,
         backend: None,

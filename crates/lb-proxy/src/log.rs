@@ -4,15 +4,15 @@
 //! Operational messages go through `tracing` to stderr; access logs are a separate stream with
 //! their own destination: stdout, a syslog Unix socket (`/dev/log`) or syslog over UDP.
 //!
-//! Why the request path never waits on a log: stdout lines go through a bounded channel to one
-//! writer thread, and syslog datagrams are sent without blocking. When the channel is full or a
-//! send fails the line is dropped and counted, and the count is reported (via `tracing`) at most
-//! once per 10 seconds: a slow log reader costs log lines, never latency.
+//! Why the request path never waits on a log: stdout lines are appended to a bounded batch that
+//! one writer thread takes whole, and syslog datagrams are sent without blocking. When the batch
+//! is full or a send fails the line is dropped and counted, and the count is reported (via
+//! `tracing`) at most once per 10 seconds: a slow log reader costs log lines, never latency.
 //!
 //! Layout: `format` renders lines from a record, a time and a time zone (no clock inside, so tests
 //! pin exact lines); `sink` moves rendered lines to their destination.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -126,24 +126,40 @@ impl Logger {
         Ok(Logger { inner: Arc::new(Inner { format: cfg.format, ident, framing, sink }) })
     }
 
-    /// Logs one HTTP request.
-    pub(crate) fn http(&self, rec: &HttpLog<'_>) {
-        self.emit(Record::Http(rec));
+    /// Logs one HTTP request; `now` is the line's time stamp.
+    pub(crate) fn http(&self, rec: &HttpLog<'_>, now: SystemTime) {
+        self.emit(Record::Http(rec), now);
     }
 
     /// Logs one TCP connection.
     pub(crate) fn tcp(&self, rec: &TcpLog<'_>) {
-        self.emit(Record::Tcp(rec));
+        self.emit(Record::Tcp(rec), SystemTime::now());
     }
 
-    fn emit(&self, rec: Record<'_, '_>) {
+    fn emit(&self, rec: Record<'_, '_>, now: SystemTime) {
         let inner = &*self.inner;
         if matches!(inner.sink, Sink::None) {
             return;
         }
-        let line = format::render(rec, inner.format, inner.framing, &inner.ident, SystemTime::now(), &LocalTime);
-        inner.sink.send(line);
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            format::render_into(line, rec, inner.format, inner.framing, &inner.ident, now, &LocalTime);
+            inner.sink.send(line);
+            if line.capacity() > MAX_KEPT_LINE {
+                *line = String::with_capacity(LINE_CAPACITY);
+            }
+        });
     }
+}
+
+/// Room for a usual line; a thread's line buffer that grew past `MAX_KEPT_LINE` for a long
+/// one is given back.
+const LINE_CAPACITY: usize = 512;
+const MAX_KEPT_LINE: usize = 16 * 1024;
+
+thread_local! {
+    /// Each line is rendered here, then copied to its destination: no allocation per line.
+    static LINE: RefCell<String> = RefCell::new(String::with_capacity(LINE_CAPACITY));
 }
 
 /// `chrono::Local`, with the offset of the last two UTC seconds asked remembered per thread:

@@ -12,7 +12,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
@@ -36,7 +36,7 @@ pub(crate) struct Activity {
 struct State {
     in_request: bool,
     idle_since: Instant,
-    first_byte: Option<(Instant, SystemTime)>,
+    first_byte: Option<Instant>,
     requests: u64,
     ending: Ending,
     read_waker: Option<Waker>,
@@ -165,7 +165,7 @@ impl Activity {
     fn watch_of(s: &State) -> Watch {
         match (s.in_request, s.first_byte) {
             (true, _) => Watch::Busy,
-            (false, Some((since, _))) => Watch::Reading { since },
+            (false, Some(since)) => Watch::Reading { since },
             (false, None) => Watch::Idle { since: s.idle_since, requests: s.requests, drain_at: s.drain_at },
         }
     }
@@ -186,11 +186,10 @@ impl Activity {
         }
     }
 
-    /// Headers of a request are complete: returns when its first byte came (monotonic, wall)
-    /// and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
+    /// Headers of a request are complete: returns when its first byte came and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
     /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
     /// it; without it there is no conflict to look for and the raw head is not parsed again).
-    pub(crate) fn request_started(&self, has_transfer_encoding: bool) -> (Instant, SystemTime, Option<&'static str>) {
+    pub(crate) fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>) {
         // A pipelined request can start before the last response's log was written.
         self.flush_log(false);
         let mut s = self.lock();
@@ -207,8 +206,8 @@ impl Activity {
             s.head.shrink_to(MIN_HEAD_CAPACITY);
         }
         // Busy: no deadline, nothing for the watchdog to do sooner.
-        let (at, wall) = s.first_byte.take().unwrap_or_else(|| (Instant::now(), SystemTime::now()));
-        (at, wall, conflict)
+        let at = s.first_byte.take().unwrap_or_else(Instant::now);
+        (at, conflict)
     }
 
     /// Write `log` with the bytes sent for the current response once hyper has flushed it.
@@ -346,7 +345,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
                 if !s.in_request {
                     if s.first_byte.is_none() {
-                        s.first_byte = Some((Instant::now(), SystemTime::now()));
+                        s.first_byte = Some(Instant::now());
                         this.activity.deadline_changed(&s);
                     }
                     let room = s.head_limit.saturating_sub(s.head.len());

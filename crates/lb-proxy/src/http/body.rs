@@ -197,32 +197,37 @@ impl Body for ResponseBody {
     }
 }
 
-/// An inactivity timeout for a body, cheap on the hot path: data only records the time; the
-/// timer is created only once the body has to wait, and moved only when it waits again after
-/// new data (never on every frame).
+/// An inactivity timeout for a body, cheap on the hot path: data only sets a flag; the clock is
+/// read and the timer created only once the body has to wait, and the timer moved only when it
+/// waits again after new data (never on every frame). A body that never waits (a small one that
+/// came with its head) costs no clock reading and no timer at all.
 #[derive(Debug)]
 struct IdleTimer {
     timeout: Duration,
-    last: std::time::Instant,
+    /// Data came since the deadline was last set (or the body was never waited on).
+    fresh: bool,
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl IdleTimer {
     fn new(timeout: Duration) -> Self {
-        IdleTimer { timeout, last: std::time::Instant::now(), sleep: None }
+        IdleTimer { timeout, fresh: true, sleep: None }
     }
 
     fn activity(&mut self) {
-        self.last = std::time::Instant::now();
+        self.fresh = true;
     }
 
-    /// Polled while the body waits: true once `timeout` has passed without data.
+    /// Polled while the body waits: true once `timeout` has passed without data. The silence
+    /// counts from the first wait after the last data, which is when that data was taken.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        let deadline = Instant::from_std(self.last + self.timeout);
-        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if sleep.deadline() != deadline {
-            sleep.as_mut().reset(deadline);
+        if std::mem::take(&mut self.fresh) {
+            let deadline = Instant::now() + self.timeout;
+            match &mut self.sleep {
+                Some(sleep) => sleep.as_mut().reset(deadline),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
         }
-        sleep.as_mut().poll(cx).is_ready()
+        self.sleep.as_mut().is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready())
     }
 }

@@ -2,15 +2,18 @@
 //! and write its log line when the response has ended.
 
 use std::convert::Infallible;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::task::Poll;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 
 use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
-use super::upstream::{acquire, fresh, Upstream};
+use super::upstream::{acquire, fresh, ServerConn, Upstream};
 use super::{errors, headers, ConnCtx};
 use crate::backend::{BackendState, ServerState};
 use crate::connect::ConnectFailure;
@@ -20,7 +23,7 @@ use crate::log::HttpLog;
 #[derive(Debug)]
 pub(crate) struct Exchange {
     pub(crate) ctx: Arc<ConnCtx>,
-    pub(crate) accept_date: SystemTime,
+    /// The first byte of the request came (the log's accept date, and where its timers start).
     pub(crate) started: Instant,
     pub(crate) tr: i64,
     pub(crate) backend: Option<Arc<BackendState>>,
@@ -40,8 +43,11 @@ impl Exchange {
         let ctx = &self.ctx;
         let backend = self.backend.as_deref();
         let server = self.server.as_deref();
+        // One reading of each clock for the counters and the line: the wall clock now, and how
+        // long ago the request began (its accept date is the one minus the other).
+        let (wall, ta) = (SystemTime::now(), self.started.elapsed());
         // Counted where the request is logged: its status, bytes and ending are known here.
-        let now = Some(crate::counters::unix_now());
+        let now = Some(wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
         ctx.proxy.counters.request(now, self.status, bytes, self.termination);
         ctx.fe.counters.request(now, self.status, bytes, self.termination);
         if self.request_line == "<BADREQ>" {
@@ -53,9 +59,9 @@ impl Exchange {
         if let Some(server) = server {
             server.counters.request(None, self.status, bytes, self.termination);
         }
-        ctx.proxy.logger.http(&HttpLog {
+        let record = HttpLog {
             facts: &ctx.facts,
-            accept_date: self.accept_date,
+            accept_date: wall.checked_sub(ta).unwrap_or(wall),
             frontend: ctx.fe.name(),
             backend: backend.map_or(ctx.fe.name(), |b| b.name()),
             server: server.map_or("<NOSRV>", |s| s.name()),
@@ -63,7 +69,7 @@ impl Exchange {
             tw: self.tw,
             tc: self.tc,
             tresp: self.tresp,
-            ta: self.started.elapsed().as_millis() as i64,
+            ta: ta.as_millis() as i64,
             status: self.status,
             bytes_read: bytes,
             termination: self.termination,
@@ -75,7 +81,8 @@ impl Exchange {
             srv_queue: 0,
             backend_queue: backend.map_or(0, |b| b.queued()),
             request_line: &self.request_line,
-        });
+        };
+        ctx.proxy.logger.http(&record, wall);
     }
 }
 
@@ -92,10 +99,10 @@ impl OnEnd for Exchange {
         let ctx = self.ctx.clone();
         if let Some(up) = self.upstream.take() {
             // Only a connection whose exchange ended cleanly may carry another request.
-            if how == BodyEnd::Complete && !up.sender.is_closed() {
+            if how == BodyEnd::Complete && !up.conn.sender.is_closed() {
                 match up.backend.config().http_reuse {
                     lb_config::HttpReuse::Never => *lock(&ctx.pinned) = Some(up),
-                    lb_config::HttpReuse::Safe => ctx.proxy.pool.put(up.backend.name(), up.server.index(), up.sender),
+                    lb_config::HttpReuse::Safe => ctx.proxy.pool.put(up.backend.name(), up.server.index(), up.conn),
                 }
             }
         }
@@ -111,11 +118,10 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
-    let has_te = req.headers().contains_key(header::TRANSFER_ENCODING);
-    let (first_byte, accept_date, conflict) = ctx.activity.request_started(has_te);
+    let (has_te, refused) = headers::framing(&req);
+    let (first_byte, conflict) = ctx.activity.request_started(has_te);
     let mut ex = Exchange {
         ctx: ctx.clone(),
-        accept_date,
         started: first_byte,
         tr: first_byte.elapsed().as_millis() as i64,
         backend: None,
@@ -129,7 +135,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         request_line: request_line(&req),
         upstream: None,
     };
-    if let Some(reason) = conflict.or_else(|| headers::smuggling_reason(&req)) {
+    if let Some(reason) = conflict.or(refused) {
         tracing::debug!(frontend = ctx.fe.name(), client = ?ctx.facts.client, "refused request: {reason}");
         return Ok(error(ex, 400, *b"PR"));
     }
@@ -160,21 +166,32 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         ex.tw = up.queue_ms;
         ex.tc = up.connect_ms;
         let sent = Instant::now();
-        let attempt = async {
-            if let Err(e) = up.sender.ready().await {
-                return Err((e, Some(req)));
-            }
-            up.sender.try_send_request(req).await.map_err(|mut e| {
-                let unsent = e.take_message();
-                (e.into_error(), unsent)
+        let outcome = {
+            let ServerConn { sender, response_timer } = &mut up.conn;
+            response_timer.as_mut().reset((sent + timeout).into());
+            let attempt = async {
+                if let Err(e) = sender.ready().await {
+                    return Err((e, Some(req)));
+                }
+                sender.try_send_request(req).await.map_err(|mut e| {
+                    let unsent = e.take_message();
+                    (e.into_error(), unsent)
+                })
+            };
+            let mut attempt = pin!(attempt);
+            // The attempt first: a response that is there wins over a timer that is due.
+            poll_fn(|cx| match attempt.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(Some(r)),
+                Poll::Pending => response_timer.as_mut().poll(cx).map(|()| None),
             })
+            .await
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(response)) => {
+        match outcome {
+            Some(Ok(response)) => {
                 ex.tresp = sent.elapsed().as_millis() as i64;
                 break response;
             }
-            Ok(Err((e, unsent))) => {
+            Some(Err((e, unsent))) => {
                 // A reused connection the server closed while idle: when the request never
                 // left, it goes on a new connection.
                 match (up.reused, unsent) {
@@ -197,7 +214,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
                     }
                 }
             }
-            Err(_) => {
+            None => {
                 ex.upstream = Some(up);
                 return Ok(error(ex, 504, *b"sH"));
             }

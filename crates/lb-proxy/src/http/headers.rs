@@ -37,27 +37,51 @@ fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
+/// The index in [`HOP_BY_HOP`] of a token of a `Connection` value, in any case.
+fn hop_by_hop_index_of_token(token: &[u8]) -> Option<usize> {
+    HOP_BY_HOP.iter().position(|name| name.as_str().as_bytes().eq_ignore_ascii_case(token))
+}
+
 /// Remove hop-by-hop headers, including those the `Connection` header names.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Look before removing: a remove hashes its name and probes the map, and most messages
     // carry none of these but `Connection`. One bit per HOP_BY_HOP name present.
     let mut present = 0u8;
+    // A field named `close` (reserved, but possible) goes too when `Connection: close` names it.
+    let mut close_field = false;
     for name in headers.keys() {
         if let Some(i) = hop_by_hop_index(name) {
             present |= 1 << i;
+        } else if name.as_str() == "close" {
+            close_field = true;
         }
     }
     if present == 0 {
         return;
     }
     if present & 1 != 0 {
-        // The names `Connection` lists (collected first: removing needs the map).
-        let listed: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
-        for value in &listed {
-            for token in value.to_str().unwrap_or_default().split(',') {
-                // Not a valid header name (empty, say): nothing to remove.
-                headers.remove(token.trim());
+        // The other names `Connection` lists (collected first: removing needs the map). Nearly
+        // always it lists only `keep-alive` or `close`: the first goes below with the fixed
+        // names if present (a listed hop-by-hop name that is present has its bit already), the
+        // second rarely names a field; so the usual message allocates and parses nothing here.
+        let mut listed: Vec<HeaderName> = Vec::new();
+        for value in headers.get_all(header::CONNECTION) {
+            for token in value.as_bytes().split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") && !close_field {
+                    continue;
+                }
+                if token.is_empty() || hop_by_hop_index_of_token(token).is_some() {
+                    continue;
+                }
+                // Not a valid header name: nothing to remove.
+                if let Ok(name) = HeaderName::from_bytes(token) {
+                    listed.push(name);
+                }
             }
+        }
+        for name in &listed {
+            headers.remove(name);
         }
     }
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
@@ -67,23 +91,25 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Why a request is refused before it is forwarded (400).
-pub(crate) fn smuggling_reason<B>(req: &Request<B>) -> Option<&'static str> {
+/// What a request's framing headers say: whether it has `Transfer-Encoding`, and why it is
+/// refused before it is forwarded (400), if it is. Two look-ups in the map, whatever the request.
+pub(crate) fn framing<B>(req: &Request<B>) -> (bool, Option<&'static str>) {
     let headers = req.headers();
-    if headers.contains_key(header::TRANSFER_ENCODING) && headers.contains_key(header::CONTENT_LENGTH) {
-        return Some("both Content-Length and Transfer-Encoding");
-    }
+    let mut te = headers.get_all(header::TRANSFER_ENCODING).iter();
     let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
-    if let Some(first) = lengths.next() {
-        if lengths.any(|other| other != first) || first.to_str().map_or(true, |v| v.contains(',')) {
-            return Some("conflicting Content-Length");
-        }
-    }
-    let te: Vec<&HeaderValue> = headers.get_all(header::TRANSFER_ENCODING).iter().collect();
-    if te.len() > 1 || te.first().is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"chunked")) {
-        return Some("Transfer-Encoding other than a single chunked");
-    }
-    None
+    let (first_te, first_length) = (te.next(), lengths.next());
+    let reason = if first_te.is_some() && first_length.is_some() {
+        Some("both Content-Length and Transfer-Encoding")
+    } else if first_length.is_some_and(|first| {
+        lengths.any(|other| other != first) || first.to_str().map_or(true, |v| v.contains(','))
+    }) {
+        Some("conflicting Content-Length")
+    } else if first_te.is_some_and(|first| te.next().is_some() || !first.as_bytes().eq_ignore_ascii_case(b"chunked")) {
+        Some("Transfer-Encoding other than a single chunked")
+    } else {
+        None
+    };
+    (first_te.is_some(), reason)
 }
 
 /// The `X-Forwarded-For` value for a client, made once per connection.
@@ -115,12 +141,16 @@ mod tests {
 
     #[test]
     fn refuses_smuggling_shapes() {
-        assert!(smuggling_reason(&req(&[("content-length", "5"), ("transfer-encoding", "chunked")])).is_some());
-        assert!(smuggling_reason(&req(&[("content-length", "5"), ("content-length", "6")])).is_some());
-        assert!(smuggling_reason(&req(&[("content-length", "5, 6")])).is_some());
-        assert!(smuggling_reason(&req(&[("transfer-encoding", "gzip, chunked")])).is_some());
-        assert!(smuggling_reason(&req(&[("content-length", "5")])).is_none());
-        assert!(smuggling_reason(&req(&[("transfer-encoding", "chunked")])).is_none());
+        let refused = |headers: &[(&str, &str)]| framing(&req(headers)).1.is_some();
+        assert!(refused(&[("content-length", "5"), ("transfer-encoding", "chunked")]));
+        assert!(refused(&[("content-length", "5"), ("content-length", "6")]));
+        assert!(refused(&[("content-length", "5, 6")]));
+        assert!(refused(&[("transfer-encoding", "gzip, chunked")]));
+        assert!(refused(&[("transfer-encoding", "chunked"), ("transfer-encoding", "chunked")]));
+        assert!(!refused(&[("content-length", "5"), ("content-length", "5")]));
+        assert_eq!(framing(&req(&[("content-length", "5")])), (false, None));
+        assert_eq!(framing(&req(&[("transfer-encoding", "Chunked")])), (true, None));
+        assert_eq!(framing(&req(&[])), (false, None));
     }
 
     #[test]
@@ -155,6 +185,21 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
 
+        // `close` and listed hop-by-hop names in any case: the fixed names still go, the rest stay.
+        let mut h = HeaderMap::new();
+        h.append("connection", HeaderValue::from_static("Close, Keep-Alive, TE"));
+        h.append("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.append("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
+        // A field named `close` is listed by `Connection: close`: it goes too.
+        let mut h = HeaderMap::new();
+        h.append("connection", HeaderValue::from_static("close"));
+        h.append("close", HeaderValue::from_static("1"));
+        h.append("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.keys().collect::<Vec<_>>(), ["x-kept"]);
+
         // Nothing to strip: untouched.
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("a"));
@@ -169,6 +214,10 @@ mod tests {
             assert_eq!(hop_by_hop_index(name), Some(i));
         }
         assert_eq!(hop_by_hop_index(&header::HOST), None);
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index_of_token(name.as_str().to_ascii_uppercase().as_bytes()), Some(i));
+        }
+        assert_eq!(hop_by_hop_index_of_token(b"close"), None);
     }
 
     #[test]

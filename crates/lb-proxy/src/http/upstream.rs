@@ -6,12 +6,14 @@
 //! `http_reuse: safe`, idle server connections go to a pool shared by all client connections.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 use super::body::RequestBody;
 use crate::backend::{BackendState, ServerLease, ServerState, SessionGuard};
@@ -22,10 +24,23 @@ pub(crate) type Sender = SendRequest<RequestBody>;
 /// Idle connections kept per server at most; more are closed.
 const MAX_IDLE_PER_SERVER: usize = 64;
 
+/// How long a new connection's response timer is set for before its first request sets it.
+const UNSET: Duration = Duration::from_secs(86_400);
+
+/// The request side of a server connection, and the timer that bounds the wait for each of its
+/// response heads. One timer per connection, moved later for each request: a timer made per
+/// request is an insert into and a removal from tokio's timer wheel, while moving an armed timer
+/// later is one atomic exchange (the wheel finds the new deadline when the old one comes).
+#[derive(Debug)]
+pub(crate) struct ServerConn {
+    pub(crate) sender: Sender,
+    pub(crate) response_timer: Pin<Box<Sleep>>,
+}
+
 /// A server connection ready for a request.
 #[derive(Debug)]
 pub(crate) struct Upstream {
-    pub(crate) sender: Sender,
+    pub(crate) conn: ServerConn,
     pub(crate) server: Arc<ServerState>,
     pub(crate) backend: Arc<BackendState>,
     /// Counts this connection on its server while in use (and, when pinned, while idle).
@@ -39,7 +54,7 @@ pub(crate) struct Upstream {
 }
 
 /// One server's idle connections, each with when it became idle.
-type IdleList = Vec<(Sender, Instant)>;
+type IdleList = Vec<(ServerConn, Instant)>;
 
 /// Idle server connections of `http_reuse: safe` backends.
 #[derive(Debug, Default)]
@@ -50,18 +65,18 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    fn take(&self, backend: &str, server: usize, max_idle: Duration) -> Option<Sender> {
+    fn take(&self, backend: &str, server: usize, max_idle: Duration) -> Option<ServerConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(backend)?.get_mut(server)?;
-        while let Some((sender, since)) = list.pop() {
-            if !sender.is_closed() && since.elapsed() < max_idle {
-                return Some(sender);
+        while let Some((conn, since)) = list.pop() {
+            if !conn.sender.is_closed() && since.elapsed() < max_idle {
+                return Some(conn);
             }
         }
         None
     }
 
-    pub(crate) fn put(&self, backend: &str, server: usize, sender: Sender) {
+    pub(crate) fn put(&self, backend: &str, server: usize, conn: ServerConn) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if !idle.contains_key(backend) {
             idle.insert(backend.to_owned(), Vec::new());
@@ -71,9 +86,9 @@ impl Pool {
             servers.resize_with(server + 1, Vec::new);
         }
         let list = &mut servers[server];
-        list.retain(|(s, _)| !s.is_closed());
+        list.retain(|(c, _)| !c.sender.is_closed());
         if list.len() < MAX_IDLE_PER_SERVER {
-            list.push((sender, Instant::now()));
+            list.push((conn, Instant::now()));
         }
     }
 }
@@ -87,7 +102,7 @@ pub(crate) async fn acquire(
     retries: &mut u32,
 ) -> Result<Upstream, ConnectFailure> {
     if let Some(up) = pinned {
-        if Arc::ptr_eq(&up.backend, backend) && up.server.accepts_existing() && !up.sender.is_closed() {
+        if Arc::ptr_eq(&up.backend, backend) && up.server.accepts_existing() && !up.conn.sender.is_closed() {
             return Ok(Upstream { reused: true, connect_ms: 0, queue_ms: 0, ..up });
         }
     }
@@ -95,9 +110,9 @@ pub(crate) async fn acquire(
         if let Some(lease) = backend.pick(&[]) {
             let server = lease.server().clone();
             // Older than the server timeout, a pooled connection is likely closed by the server.
-            if let Some(sender) = pool.take(backend.name(), server.index(), backend.config().timeouts.server) {
+            if let Some(conn) = pool.take(backend.name(), server.index(), backend.config().timeouts.server) {
                 return Ok(Upstream {
-                    sender,
+                    conn,
                     server,
                     backend: backend.clone(),
                     _lease: lease,
@@ -117,7 +132,7 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
     let server = connected.lease.server().clone();
     match handshake(connected.stream, server.clone()).await {
         Ok(sender) => Ok(Upstream {
-            sender,
+            conn: ServerConn { sender, response_timer: Box::pin(tokio::time::sleep(UNSET)) },
             server,
             backend: backend.clone(),
             _lease: connected.lease,

@@ -57,6 +57,7 @@ pub(super) enum Record<'r, 'a> {
 }
 
 /// Renders one record, framed for its destination.
+#[cfg(test)]
 pub(super) fn render<Tz>(
     rec: Record<'_, '_>,
     format: LogFormat,
@@ -69,18 +70,36 @@ where
     Tz: TimeZone,
     Tz::Offset: Display,
 {
-    let mut out = String::with_capacity(256);
+    let mut out = String::new();
+    render_into(&mut out, rec, format, framing, ident, now, tz);
+    out
+}
+
+/// Renders one record, framed for its destination, at the end of `out`.
+pub(super) fn render_into<Tz>(
+    out: &mut String,
+    rec: Record<'_, '_>,
+    format: LogFormat,
+    framing: Framing,
+    ident: &Ident,
+    now: SystemTime,
+    tz: &Tz,
+) where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    let start = out.len();
     let now = datetime(now, tz);
     match framing {
         Framing::Line if format == LogFormat::Json => {}
         Framing::Line => {
-            push_rfc3339_millis(&mut out, &now);
+            push_rfc3339_millis(out, &now);
             out.push(' ');
             out.push_str(&ident.host);
             out.push(' ');
             out.push_str(&ident.tag);
             out.push('[');
-            push_u64(&mut out, u64::from(ident.pid));
+            push_u64(out, u64::from(ident.pid));
             out.push_str("]: ");
         }
         Framing::Syslog { pri, with_host } => {
@@ -92,16 +111,15 @@ where
         }
     }
     match (format, rec) {
-        (LogFormat::Haproxy, Record::Http(rec)) => http_message(&mut out, rec, tz),
-        (LogFormat::Haproxy, Record::Tcp(rec)) => tcp_message(&mut out, rec, tz),
+        (LogFormat::Haproxy, Record::Http(rec)) => http_message(out, rec, tz),
+        (LogFormat::Haproxy, Record::Tcp(rec)) => tcp_message(out, rec, tz),
         (LogFormat::Json, Record::Http(rec)) => out.push_str(&http_json(rec, tz).to_string()),
         (LogFormat::Json, Record::Tcp(rec)) => out.push_str(&tcp_json(rec, tz).to_string()),
     }
     match framing {
         Framing::Line => out.push('\n'),
-        Framing::Syslog { .. } => truncate(&mut out, MAX_DATAGRAM),
+        Framing::Syslog { .. } => truncate(out, start + MAX_DATAGRAM),
     }
-    out
 }
 
 /// `<ip>:<port> [<accept date>] <frontend> <backend>/<server> <TR>/<Tw>/<Tc>/<Tr>/<Ta> <status>
@@ -158,6 +176,22 @@ where
     );
 }
 
+/// `<ip>:<port>`, or HAProxy's name for a Unix-socket client.
+fn push_client(out: &mut String, client: Option<SocketAddr>) {
+    match client {
+        Some(SocketAddr::V4(client)) => {
+            let [a, b, c, d] = client.ip().octets();
+            push_joined(out, '.', &[a, b, c, d].map(i64::from));
+            out.push(':');
+            push_u64(out, u64::from(client.port()));
+        }
+        Some(client) => {
+            let _ = write!(out, "{}:{}", client.ip(), client.port());
+        }
+        None => out.push_str(UNIX_CLIENT),
+    }
+}
+
 /// `<ip>:<port> [<accept date>] <frontend> <backend>/<server>`
 fn common_start<Tz>(
     out: &mut String,
@@ -171,17 +205,15 @@ fn common_start<Tz>(
     Tz: TimeZone,
     Tz::Offset: Display,
 {
-    match facts.client {
-        Some(SocketAddr::V4(client)) => {
-            let [a, b, c, d] = client.ip().octets();
-            push_joined(out, '.', &[a, b, c, d].map(i64::from));
-            out.push(':');
-            push_u64(out, u64::from(client.port()));
-        }
-        Some(client) => {
-            let _ = write!(out, "{}:{}", client.ip(), client.port());
-        }
-        None => out.push_str(UNIX_CLIENT),
+    let (rendered_for, text) = facts.log_client.get_or_init(|| {
+        let mut text = String::new();
+        push_client(&mut text, facts.client);
+        (facts.client, text.into())
+    });
+    if *rendered_for == facts.client {
+        out.push_str(text);
+    } else {
+        push_client(out, facts.client);
     }
     out.push_str(" [");
     push_accept_date(out, &datetime(accept_date, tz));
@@ -350,12 +382,23 @@ fn push_i64(out: &mut String, n: i64) {
     push_u64(out, n.unsigned_abs());
 }
 
-/// `n` in decimal, as `{}` writes it, without the formatting machinery.
-fn push_u64(out: &mut String, n: u64) {
-    if n >= 10 {
-        push_u64(out, n / 10);
+/// `n` in decimal, as `{}` writes it, without the formatting machinery. Most numbers of a log
+/// line are a single digit.
+fn push_u64(out: &mut String, mut n: u64) {
+    if n < 10 {
+        push_digit(out, n);
+        return;
     }
-    push_digit(out, n % 10);
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    while n > 0 {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 fn push_digit(out: &mut String, d: u64) {
@@ -499,10 +542,11 @@ where
 /// (and spaces too for names, which are single fields). No log line can be split or forged.
 fn push_escaped(out: &mut String, s: &str, escape_space: bool) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let table = if escape_space { &ESCAPED_IN_NAMES } else { &ESCAPED };
     // Runs of bytes that stay as they are go in whole (they are ASCII: on character boundaries).
     let mut run = 0;
     for (i, &b) in s.as_bytes().iter().enumerate() {
-        if !(0x20..0x7f).contains(&b) || b == b'"' || b == b'#' || (escape_space && b == b' ') {
+        if table[usize::from(b)] {
             out.push_str(s.get(run..i).unwrap_or_default());
             out.push('#');
             out.push(char::from(HEX[usize::from(b >> 4)]));
@@ -511,6 +555,20 @@ fn push_escaped(out: &mut String, s: &str, escape_space: bool) {
         }
     }
     out.push_str(s.get(run..).unwrap_or_default());
+}
+
+/// Per byte, whether [`push_escaped`] writes it `#XX`: one look-up per byte of a request line.
+static ESCAPED: [bool; 256] = escape_table(false);
+static ESCAPED_IN_NAMES: [bool; 256] = escape_table(true);
+
+const fn escape_table(escape_space: bool) -> [bool; 256] {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = b < 0x20 || b >= 0x7f || b == b'"' as usize || b == b'#' as usize || (escape_space && b == b' ' as usize);
+        b += 1;
+    }
+    table
 }
 
 /// Cuts `s` to at most `max` bytes, on a character boundary.
@@ -529,6 +587,15 @@ mod direct_tests {
     //! The hand-written date and number formatting against chrono's and `Display`.
     use super::*;
     use chrono::FixedOffset;
+
+    #[test]
+    fn escape_tables_follow_the_rule() {
+        for b in 0..=255u8 {
+            let rule = !(0x20..0x7f).contains(&b) || b == b'"' || b == b'#';
+            assert_eq!(ESCAPED[usize::from(b)], rule, "{b:#x}");
+            assert_eq!(ESCAPED_IN_NAMES[usize::from(b)], rule || b == b' ', "{b:#x}");
+        }
+    }
 
     #[test]
     fn dates_as_chrono_writes_them() {

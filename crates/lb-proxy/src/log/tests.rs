@@ -231,7 +231,7 @@ fn syslog_unix_datagrams() {
     server.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
     let logger = Logger::new(&config(LogTarget::SyslogUnix(path))).expect("logger");
     let f = facts(Some("10.0.1.2:33317"));
-    logger.http(&http(&f, "GET /one HTTP/1.1"));
+    logger.http(&http(&f, "GET /one HTTP/1.1"), SystemTime::now());
     let msg = recv_unix(&server);
     // local0 (16) * 8 + info (6)
     assert!(msg.starts_with("<134>"), "{msg}");
@@ -250,19 +250,19 @@ fn syslog_unix_reconnects() {
     let path = dir.path().join("log.sock");
     let sink = Sink::Unix(UnixSyslog::new(path.clone(), Duration::ZERO));
     // Absent at start: dropped and counted.
-    sink.send("<134>first".to_owned());
+    sink.send("<134>first");
     assert_eq!(sink.dropped(), 1);
     // Created later: found on the next line.
     let server = UnixDatagram::bind(&path).expect("bind");
     server.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    sink.send("<134>second".to_owned());
+    sink.send("<134>second");
     assert_eq!(recv_unix(&server), "<134>second");
     // Recreated (the syslog daemon restarted): the old connection fails, a new one is made.
     drop(server);
     std::fs::remove_file(&path).expect("remove");
     let server = UnixDatagram::bind(&path).expect("bind again");
     server.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    sink.send("<134>third".to_owned());
+    sink.send("<134>third");
     assert_eq!(recv_unix(&server), "<134>third");
     assert_eq!(sink.dropped(), 1);
 }
@@ -277,7 +277,7 @@ fn syslog_udp_datagrams() {
     cfg.format = LogFormat::Json;
     let logger = Logger::new(&cfg).expect("logger");
     let f = facts(Some("10.0.1.2:33317"));
-    logger.http(&http(&f, "GET /udp HTTP/1.1"));
+    logger.http(&http(&f, "GET /udp HTTP/1.1"), SystemTime::now());
     let mut buf = [0u8; 16 * 1024];
     let n = server.recv(&mut buf).expect("datagram");
     let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
@@ -291,7 +291,7 @@ fn syslog_udp_datagrams() {
 fn none_target_writes_nothing() {
     let logger = Logger::new(&config(LogTarget::None)).expect("logger");
     let f = facts(None);
-    logger.http(&http(&f, "GET / HTTP/1.1"));
+    logger.http(&http(&f, "GET / HTTP/1.1"), SystemTime::now());
     logger.tcp(&tcp(&f));
 }
 
@@ -332,12 +332,12 @@ fn stdout_never_blocks_and_counts_drops() {
     let out = Arc::new(Mutex::new(Vec::new()));
     let logger = stdout_logger(Gated { entered: entered_tx, gate, out: out.clone() }, 4);
     let f = facts(Some("10.0.1.2:33317"));
-    logger.http(&http(&f, "GET /0 HTTP/1.1"));
+    logger.http(&http(&f, "GET /0 HTTP/1.1"), SystemTime::now());
     entered.recv_timeout(Duration::from_secs(5)).expect("writer busy");
     // The writer is stuck: 4 lines queue, 16 are dropped, and nobody waits.
     let start = Instant::now();
     for i in 1..=20 {
-        logger.http(&http(&f, &format!("GET /{i} HTTP/1.1")));
+        logger.http(&http(&f, &format!("GET /{i} HTTP/1.1")), SystemTime::now());
     }
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(logger.inner.sink.dropped(), 16);
@@ -372,7 +372,7 @@ fn stdout_lines_in_order_from_clones() {
             let f = f.clone();
             std::thread::spawn(move || {
                 for i in 0..1000 {
-                    logger.http(&http(&f, &format!("GET /{t}/{i} HTTP/1.1")));
+                    logger.http(&http(&f, &format!("GET /{t}/{i} HTTP/1.1")), SystemTime::now());
                 }
             })
         })

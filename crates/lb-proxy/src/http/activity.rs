@@ -60,7 +60,13 @@ struct State {
     drain_at: Option<Instant>,
 }
 
-type PendingLog = Box<dyn FnOnce(u64) + Send>;
+/// A log line waiting for its byte count (the exchange itself: no box made for the wait).
+pub(crate) trait LogWhenSent: Send {
+    /// Write the line: `sent` bytes went to the client for this response.
+    fn log(self: Box<Self>, sent: u64);
+}
+
+type PendingLog = Box<dyn LogWhenSent>;
 
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -216,11 +222,11 @@ impl Activity {
         if s.io_closed {
             let sent = s.written - s.response_base;
             drop(s);
-            log(sent);
+            log.log(sent);
         } else if let Some(previous) = s.pending_log.replace(log) {
             let sent = s.written - s.response_base;
             drop(s);
-            previous(sent);
+            previous.log(sent);
         }
     }
 
@@ -235,7 +241,7 @@ impl Activity {
         let Some(log) = s.pending_log.take() else { return };
         let sent = s.written - s.response_base;
         drop(s);
-        log(sent);
+        log.log(sent);
     }
 
     /// The response has been sent (or abandoned): idle again.

@@ -12,6 +12,7 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, Uri, Version};
 use hyper::body::Incoming;
 
+use super::activity::LogWhenSent;
 use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
 use super::upstream::{acquire, fresh, ServerConn, Upstream};
 use super::{errors, headers, ConnCtx};
@@ -107,8 +108,13 @@ impl OnEnd for Exchange {
             }
         }
         ctx.activity.request_done();
-        let activity = ctx.activity.clone();
-        activity.log_when_sent(Box::new(move |sent| self.log(sent)));
+        ctx.activity.log_when_sent(self);
+    }
+}
+
+impl LogWhenSent for Exchange {
+    fn log(self: Box<Self>, sent: u64) {
+        Exchange::log(&self, sent);
     }
 }
 

@@ -39,6 +39,10 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 
 /// The index in [`HOP_BY_HOP`] of a token of a `Connection` value, in any case.
 fn hop_by_hop_index_of_token(token: &[u8]) -> Option<usize> {
+    // The spellings clients and servers send go without a case-folding comparison.
+    if matches!(token, b"keep-alive" | b"Keep-Alive") {
+        return Some(6);
+    }
     HOP_BY_HOP.iter().position(|name| name.as_str().as_bytes().eq_ignore_ascii_case(token))
 }
 

@@ -192,7 +192,8 @@ impl Activity {
         }
     }
 
-    /// Headers of a request are complete: returns when its first byte came and, when its raw head shows a framing conflict hyper papered over, why to refuse it.
+    /// Headers of a request are complete: returns when its first byte came and, when its raw
+    /// head shows a framing conflict hyper papered over, why to refuse it.
     /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
     /// it; without it there is no conflict to look for and the raw head is not parsed again).
     pub(crate) fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>) {

@@ -104,9 +104,9 @@ pub(crate) fn framing<B>(req: &Request<B>) -> (bool, Option<&'static str>) {
     let (first_te, first_length) = (te.next(), lengths.next());
     let reason = if first_te.is_some() && first_length.is_some() {
         Some("both Content-Length and Transfer-Encoding")
-    } else if first_length.is_some_and(|first| {
-        lengths.any(|other| other != first) || first.to_str().map_or(true, |v| v.contains(','))
-    }) {
+    } else if first_length
+        .is_some_and(|first| lengths.any(|other| other != first) || first.to_str().map_or(true, |v| v.contains(',')))
+    {
         Some("conflicting Content-Length")
     } else if first_te.is_some_and(|first| te.next().is_some() || !first.as_bytes().eq_ignore_ascii_case(b"chunked")) {
         Some("Transfer-Encoding other than a single chunked")

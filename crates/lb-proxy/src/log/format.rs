@@ -565,7 +565,8 @@ const fn escape_table(escape_space: bool) -> [bool; 256] {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 256 {
-        table[b] = b < 0x20 || b >= 0x7f || b == b'"' as usize || b == b'#' as usize || (escape_space && b == b' ' as usize);
+        table[b] =
+            b < 0x20 || b >= 0x7f || b == b'"' as usize || b == b'#' as usize || (escape_space && b == b' ' as usize);
         b += 1;
     }
     table

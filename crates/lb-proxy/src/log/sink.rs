@@ -210,7 +210,8 @@ impl Drop for StdoutSink {
 
 /// The writer thread: waits for a first line, takes the whole batch (leaving an empty buffer in
 /// its place, so that no line is copied twice and no buffer allocated per batch), writes it in
-/// one go and flushes; then gives the next batch [`BATCH_GATHER`] to fill before looking again.
+/// one go and flushes; then, unless the batch was half full, gives the next one [`BATCH_GATHER`]
+/// to fill before looking again.
 /// Returns once the sink is closed and everything appended is written.
 fn write_batches<W: Write>(mut out: W, shared: &Shared, drops: &Drops) {
     let mut spare = Vec::with_capacity(64 * 1024);
@@ -244,7 +245,11 @@ fn write_batches<W: Write>(mut out: W, shared: &Shared, drops: &Drops) {
         }
         spare.clear();
         drops.report_if_due();
-        std::thread::sleep(BATCH_GATHER);
+        // A batch half full or more: lines come faster than one gathering time allows; look
+        // again at once rather than let the next batch overflow.
+        if lines < shared.max_lines / 2 {
+            std::thread::sleep(BATCH_GATHER);
+        }
     }
 }
 

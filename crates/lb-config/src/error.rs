@@ -15,7 +15,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The file was read but is not a valid configuration: every problem found, in file order.
-    #[error("{}", Lines(diagnostics))]
+    #[error("{}", DiagnosticLines(diagnostics))]
     Invalid { diagnostics: Vec<Diagnostic> },
 }
 
@@ -55,10 +55,11 @@ impl fmt::Display for Diagnostic {
     }
 }
 
-/// Diagnostics one per line, for [`Error::Invalid`]'s message.
-struct Lines<'a>(&'a [Diagnostic]);
+/// Diagnostics one per line, as every daemon's "configuration is invalid" message writes them.
+#[derive(Debug, Clone, Copy)]
+pub struct DiagnosticLines<'a>(pub &'a [Diagnostic]);
 
-impl fmt::Display for Lines<'_> {
+impl fmt::Display for DiagnosticLines<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, diagnostic) in self.0.iter().enumerate() {
             if i > 0 {

@@ -43,7 +43,7 @@ mod render;
 mod units;
 mod validate;
 
-pub use error::{Diagnostic, Error};
+pub use error::{Diagnostic, DiagnosticLines, Error};
 /// Locating values in YAML text and turning serde's errors into diagnostics, shared with the
 /// other daemons' configurations (lb-tls, lb-watcher) so that every file reports
 /// `file:line:col: field: message` the same way.

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use lb_config::Diagnostic;
+use lb_config::{Diagnostic, DiagnosticLines};
 use lb_supervisor::ListenAddr;
 
 /// Why lb-tls could not load its configuration or start serving.
@@ -17,7 +17,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The configuration is not valid: every problem found, as `file:line:col: field: message`.
-    #[error("{}", lines(diagnostics))]
+    #[error("{}", DiagnosticLines(diagnostics))]
     Invalid { diagnostics: Vec<Diagnostic> },
     /// A certificate file that does not hold a usable certificate and key.
     #[error("{}: {reason}", path.display())]
@@ -35,8 +35,4 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-}
-
-fn lines(diagnostics: &[Diagnostic]) -> String {
-    diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
 }

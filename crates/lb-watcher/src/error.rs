@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use lb_config::Diagnostic;
+use lb_config::{Diagnostic, DiagnosticLines};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -14,7 +14,7 @@ pub enum Error {
         source: io::Error,
     },
     /// lb-watcher's own configuration is invalid: every problem, `file:line:col: field: message`.
-    #[error("{}", diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", DiagnosticLines(diagnostics))]
     Config { diagnostics: Vec<Diagnostic> },
     /// lb-proxy's base configuration (or the file rendered from it) does not load.
     #[error("lb-proxy configuration {}: {source}", path.display())]

@@ -6,6 +6,7 @@
 //! The backend is connected only after the handshake succeeded: a failed handshake never shows
 //! up at lb-proxy as a connection without a PROXY header.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -102,42 +103,36 @@ where
     };
     let address = &config.backend.address;
     let connect_timeout = config.global.backend_connect_timeout;
-    let failed = |reason: String| {
-        shared.backend_log.warn("backend failures", || {
-            format!(
-                "backend {address} {reason}: closing client {} on {} after {} ms",
-                who(client),
-                fe.bind,
-                started.elapsed().as_millis()
-            )
-        });
-    };
-    match address {
-        BackendAddr::Tcp(a) => match tokio::time::timeout(connect_timeout, TcpStream::connect(a)).await {
-            Ok(Ok(backend)) => {
+    let why = match address {
+        BackendAddr::Tcp(a) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
+            Ok(backend) => {
                 let _ = backend.set_nodelay(true);
-                forward(tls, backend, &header).await;
+                return forward(tls, backend, &header).await;
             }
-            Ok(Err(e)) => {
-                failed(format!("refused the connection ({e})"));
-                close(&mut tls).await;
-            }
-            Err(_) => {
-                failed(format!("did not accept within {connect_timeout:?}"));
-                close(&mut tls).await;
-            }
+            Err(why) => why,
         },
-        BackendAddr::Unix(p) => match tokio::time::timeout(connect_timeout, UnixStream::connect(p)).await {
-            Ok(Ok(backend)) => forward(tls, backend, &header).await,
-            Ok(Err(e)) => {
-                failed(format!("refused the connection ({e})"));
-                close(&mut tls).await;
-            }
-            Err(_) => {
-                failed(format!("did not accept within {connect_timeout:?}"));
-                close(&mut tls).await;
-            }
+        BackendAddr::Unix(p) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
+            Ok(backend) => return forward(tls, backend, &header).await,
+            Err(why) => why,
         },
+    };
+    shared.backend_log.warn("backend failures", || {
+        format!(
+            "backend {address} {why}: closing client {} on {} after {} ms",
+            who(client),
+            fe.bind,
+            started.elapsed().as_millis()
+        )
+    });
+    close(&mut tls).await;
+}
+
+/// A backend connection within `timeout`, or why there is none, as the failure log says it.
+async fn connect_within<S>(timeout: Duration, connect: impl Future<Output = std::io::Result<S>>) -> Result<S, String> {
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(format!("refused the connection ({e})")),
+        Err(_) => Err(format!("did not accept within {timeout:?}")),
     }
 }
 

@@ -142,7 +142,6 @@ impl Logger {
             return;
         }
         LINE.with_borrow_mut(|line| {
-            line.clear();
             format::render_into(line, rec, inner.format, inner.framing, &inner.ident, now, &LocalTime);
             inner.sink.send(line);
             if line.capacity() > MAX_KEPT_LINE {

@@ -30,7 +30,9 @@ const UNSET: Duration = Duration::from_secs(86_400);
 /// The request side of a server connection, and the timer that bounds the wait for each of its
 /// response heads. One timer per connection, moved later for each request: a timer made per
 /// request is an insert into and a removal from tokio's timer wheel, while moving an armed timer
-/// later is one atomic exchange (the wheel finds the new deadline when the old one comes).
+/// later is one atomic exchange (the wheel finds the new deadline when the old one comes). An
+/// idle connection's timer still fires once, a server timeout after its last request, and wakes
+/// the client connection's task for nothing: one spurious poll, then it is not armed again.
 #[derive(Debug)]
 pub(crate) struct ServerConn {
     pub(crate) sender: Sender,

@@ -75,7 +75,8 @@ where
     out
 }
 
-/// Renders one record, framed for its destination, at the end of `out`.
+/// Renders one record, framed for its destination, into `out` in place of what it held (its
+/// room is kept: one buffer serves every line of a thread).
 pub(super) fn render_into<Tz>(
     out: &mut String,
     rec: Record<'_, '_>,
@@ -88,7 +89,7 @@ pub(super) fn render_into<Tz>(
     Tz: TimeZone,
     Tz::Offset: Display,
 {
-    let start = out.len();
+    out.clear();
     let now = datetime(now, tz);
     match framing {
         Framing::Line if format == LogFormat::Json => {}
@@ -118,7 +119,7 @@ pub(super) fn render_into<Tz>(
     }
     match framing {
         Framing::Line => out.push('\n'),
-        Framing::Syslog { .. } => truncate(out, start + MAX_DATAGRAM),
+        Framing::Syslog { .. } => truncate(out, MAX_DATAGRAM),
     }
 }
 

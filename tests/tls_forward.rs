@@ -58,6 +58,24 @@ frontends:
     })
 }
 
+/// A test server behind lb-proxy behind lb-tls, and the CA path curl trusts.
+struct Chain {
+    certs: TestCerts,
+    _server: TestServer,
+    proxy: ProxyProcess,
+    tls: TlsProcess,
+    ca: String,
+}
+
+fn chain(write_proxy: &str, extra_global: &str, frontend: &str) -> Chain {
+    let certs = TestCerts::new();
+    let server = TestServer::start("s1");
+    let proxy = start_proxy(&server);
+    let tls = start_tls(&certs, &proxy.addr().to_string(), write_proxy, extra_global, frontend);
+    let ca = certs.ca().display().to_string();
+    Chain { certs, _server: server, proxy, tls, ca }
+}
+
 fn url(tls: &TlsProcess, path: &str) -> (String, String) {
     let port = tls.addr().port();
     (format!("https://api.example.test:{port}{path}"), format!("api.example.test:{port}:127.0.0.1"))
@@ -69,11 +87,7 @@ fn json(line: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_v2_facts_reach_lb_proxy_access_log() {
-    let certs = TestCerts::new();
-    let server = TestServer::start("s1");
-    let proxy = start_proxy(&server);
-    let tls = start_tls(&certs, &proxy.addr().to_string(), "v2", "", "");
-    let ca = certs.ca().display().to_string();
+    let Chain { certs, _server, proxy, tls, ca } = chain("v2", "", "");
 
     let (u, resolve) = url(&tls, "/echo");
     let r = curl(&u, &["--cacert", &ca, "--resolve", &resolve, "-w", "\n%{local_port}"]);
@@ -121,11 +135,7 @@ async fn proxy_v2_facts_reach_lb_proxy_access_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_of_64_kib_both_ways() {
-    let certs = TestCerts::new();
-    let server = TestServer::start("s1");
-    let proxy = start_proxy(&server);
-    let tls = start_tls(&certs, &proxy.addr().to_string(), "v2", "", "");
-    let ca = certs.ca().display().to_string();
+    let Chain { certs: _certs, _server, proxy: _proxy, tls, ca } = chain("v2", "", "");
     let (u, resolve) = url(&tls, "/bytes?n=65536");
     let r = curl(&u, &["--cacert", &ca, "--resolve", &resolve, "-o", "/dev/null", "-w", "%{size_download}"]);
     assert_eq!((r.code, r.body.as_str()), (Some(0), "65536"), "{r:?}");
@@ -153,11 +163,7 @@ async fn bodies_of_64_kib_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_v1_carries_the_address_only() {
-    let certs = TestCerts::new();
-    let server = TestServer::start("s1");
-    let proxy = start_proxy(&server);
-    let tls = start_tls(&certs, &proxy.addr().to_string(), "v1", "", "");
-    let ca = certs.ca().display().to_string();
+    let Chain { certs: _certs, _server, proxy, tls, ca } = chain("v1", "", "");
     let (u, resolve) = url(&tls, "/ping");
     let r = curl(&u, &["--cacert", &ca, "--resolve", &resolve]);
     assert_eq!(r.code, Some(0), "{r:?}");
@@ -188,12 +194,8 @@ async fn relay_with_proxy_header(client: &str, to: SocketAddr) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_proxy_takes_the_client_from_the_balancer_in_front() {
-    let certs = TestCerts::new();
-    let server = TestServer::start("s1");
-    let proxy = start_proxy(&server);
-    let tls = start_tls(&certs, &proxy.addr().to_string(), "v2", "", "    proxy_proxy: true");
+    let Chain { certs, _server, proxy, tls, ca } = chain("v2", "", "    proxy_proxy: true");
     let relay = relay_with_proxy_header("192.0.2.33", tls.addr()).await;
-    let ca = certs.ca().display().to_string();
     let out = tokio::task::spawn_blocking(move || {
         s_client(
             relay,
@@ -254,11 +256,8 @@ async fn a_backend_that_does_not_answer_is_given_up_after_the_connect_timeout() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_max_connections_nothing_more_is_accepted_until_one_ends() {
-    let certs = TestCerts::new();
-    let server = TestServer::start("s1");
-    let proxy = start_proxy(&server);
-    let tls = start_tls(&certs, &proxy.addr().to_string(), "v2", "  max_connections: 1\n  handshake_timeout: 30s", "");
-    let ca = certs.ca().display().to_string();
+    let Chain { certs: _certs, _server, proxy: _proxy, tls, ca } =
+        chain("v2", "  max_connections: 1\n  handshake_timeout: 30s", "");
     let (u, resolve) = url(&tls, "/ping");
     // One connection that says nothing holds the only place.
     let holder = lb_testkit::raw::RawConn::connect(tls.addr()).await.expect("connect");

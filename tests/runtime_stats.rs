@@ -139,6 +139,35 @@ async fn show_stat_is_haproxys_csv() {
     // Columns lb-proxy does not have are empty, never made up.
     assert_eq!((a1["cookie"].as_str(), a1["agent_status"].as_str(), fe["comp_in"].as_str()), ("", "", ""));
 
+    // Bytes in and out: what the frontend counts, its backend and servers count too.
+    let number = |rows: &[StatRow], px: &str, sv: &str, column: &str| -> u64 {
+        row(rows, px, sv)[column].parse().unwrap_or_else(|_| panic!("{px}/{sv} {column}: {:?}", row(rows, px, sv)))
+    };
+    for column in ["bin", "bout"] {
+        let fe = number(&rows, "web", "FRONTEND", column);
+        assert!(fe > 0, "{column}");
+        assert_eq!(number(&rows, "api", "BACKEND", column), fe, "{column}");
+        assert_eq!(number(&rows, "api", "a1", column) + number(&rows, "api", "a2", column), fe, "{column}");
+    }
+    // bin is every byte the client sent: one request of a known size adds exactly its size.
+    let bin_before = number(&rows, "web", "FRONTEND", "bin");
+    let (status, _, _) = http_get(proxy.addr(), "/exactly");
+    assert_eq!(status, 200);
+    let sent = "GET /exactly HTTP/1.1\r\nHost: stats\r\nConnection: close\r\n\r\n".len() as u64;
+    let bin_now = || {
+        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
+        number(&rows, "web", "FRONTEND", "bin")
+    };
+    assert!(wait_until(Duration::from_secs(5), || bin_now() == bin_before + sent).await, "bin {}", bin_now());
+
+    // downtime: seconds DOWN (or in MAINT) so far; a3 has been down since the start.
+    assert_eq!(a1["downtime"], "0");
+    let a3_downtime = || {
+        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
+        number(&rows, "api", "a3", "downtime")
+    };
+    assert!(wait_until(Duration::from_secs(5), || a3_downtime() >= 1).await, "a3 downtime {}", a3_downtime());
+
     // HAProxy's selection: proxy (id or name), type mask, server id.
     let names = |line: &str| -> Vec<String> {
         let (_, rows) = parse_stat_csv(&proxy.runtime(line)).unwrap_or_default();

@@ -24,7 +24,8 @@ pub(crate) struct Counters {
     pub(crate) max_sessions: AtomicU64,
     /// HTTP requests (frontend, backend, server).
     pub(crate) requests: AtomicU64,
-    /// Bytes sent to clients.
+    /// Bytes received from clients (`bin`) and sent to them (`bout`).
+    pub(crate) bytes_in: AtomicU64,
     pub(crate) bytes_out: AtomicU64,
     /// Responses by status class: 1xx, 2xx, 3xx, 4xx, 5xx, other.
     pub(crate) responses: [AtomicU64; 6],
@@ -100,6 +101,13 @@ fn add(a: &AtomicU64, n: u64) {
     }
 }
 
+/// The bytes of one request (from its first byte to the next request's) or TCP session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Transfer {
+    pub(crate) from_client: u64,
+    pub(crate) to_client: u64,
+}
+
 impl Counters {
     /// A session began at `now` ([`unix_now`], read once by the caller for every level);
     /// `concurrent` is how many are open now, this one included.
@@ -112,9 +120,9 @@ impl Counters {
         self.session_rate.tick(now);
     }
 
-    /// An HTTP request ended with `status` (-1: none sent) and `bytes` sent to the client.
+    /// An HTTP request ended with `status` (-1: none sent) after moving `bytes`.
     /// `now`: given where the request rate is kept (frontends, the process), as HAProxy does.
-    pub(crate) fn request(&self, now: Option<u64>, status: i32, bytes: u64, termination: [u8; 2]) {
+    pub(crate) fn request(&self, now: Option<u64>, status: i32, bytes: Transfer, termination: [u8; 2]) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if let Some(now) = now {
             self.request_rate.tick(now);
@@ -130,8 +138,9 @@ impl Counters {
     }
 
     /// A TCP session or HTTP request ended: bytes and how it ended.
-    pub(crate) fn ended(&self, bytes: u64, termination: [u8; 2]) {
-        add(&self.bytes_out, bytes);
+    pub(crate) fn ended(&self, bytes: Transfer, termination: [u8; 2]) {
+        add(&self.bytes_in, bytes.from_client);
+        add(&self.bytes_out, bytes.to_client);
         match termination {
             [b'C', _] => self.client_aborts.fetch_add(1, Ordering::Relaxed),
             [b'S' | b's', b'H'] => self.response_errors.fetch_add(1, Ordering::Relaxed),
@@ -149,6 +158,7 @@ impl Counters {
         Totals {
             sessions: get(&self.sessions),
             requests: get(&self.requests),
+            bytes_in: get(&self.bytes_in),
             bytes_out: get(&self.bytes_out),
             responses: [0, 1, 2, 3, 4, 5].map(|i| self.responses(i)),
             request_errors: get(&self.request_errors),
@@ -167,6 +177,7 @@ impl Counters {
     pub(crate) fn inherit(&self, base: &Totals) {
         add(&self.sessions, base.sessions);
         add(&self.requests, base.requests);
+        add(&self.bytes_in, base.bytes_in);
         add(&self.bytes_out, base.bytes_out);
         for (counter, n) in self.responses.iter().zip(base.responses) {
             add(counter, n);
@@ -188,6 +199,9 @@ impl Counters {
 pub(crate) struct Totals {
     pub(crate) sessions: u64,
     pub(crate) requests: u64,
+    /// Absent from the totals of a worker from before it was counted: 0.
+    #[serde(default)]
+    pub(crate) bytes_in: u64,
     pub(crate) bytes_out: u64,
     pub(crate) responses: [u64; 6],
     pub(crate) request_errors: u64,
@@ -226,6 +240,7 @@ impl Totals {
         Totals {
             sessions: d(self.sessions, earlier.sessions),
             requests: d(self.requests, earlier.requests),
+            bytes_in: d(self.bytes_in, earlier.bytes_in),
             bytes_out: d(self.bytes_out, earlier.bytes_out),
             responses,
             request_errors: d(self.request_errors, earlier.request_errors),
@@ -258,6 +273,8 @@ impl Snapshot {
                     traffic: s.traffic.since(&then.traffic),
                     failed_checks: s.failed_checks.saturating_sub(then.failed_checks),
                     downs: s.downs.saturating_sub(then.downs),
+                    // The new worker keeps its own clock for the same wall-clock time.
+                    downtime_secs: 0,
                 };
                 (k.clone(), late)
             })
@@ -278,6 +295,9 @@ pub(crate) struct ServerTotals {
     pub(crate) traffic: Totals,
     pub(crate) failed_checks: u64,
     pub(crate) downs: u64,
+    /// Absent from the totals of a worker from before it was counted: 0.
+    #[serde(default)]
+    pub(crate) downtime_secs: u64,
 }
 
 #[cfg(test)]
@@ -287,14 +307,16 @@ mod tests {
     #[test]
     fn requests_by_class_and_termination() {
         let c = Counters::default();
-        c.request(Some(unix_now()), 200, 10, *b"--");
-        c.request(None, 503, 5, *b"SH");
-        c.request(None, -1, 0, *b"CD");
-        c.request(None, 99, 0, *b"SD");
+        let moved = |from_client, to_client| Transfer { from_client, to_client };
+        c.request(Some(unix_now()), 200, moved(80, 10), *b"--");
+        c.request(None, 503, moved(70, 5), *b"SH");
+        c.request(None, -1, moved(3, 0), *b"CD");
+        c.request(None, 99, Transfer::default(), *b"SD");
         let t = c.totals();
         assert_eq!(t.requests, 4);
         assert_eq!(t.responses, [0, 1, 0, 0, 1, 1]);
-        assert_eq!((t.bytes_out, t.client_aborts, t.response_errors, t.server_aborts), (15, 1, 1, 1));
+        assert_eq!((t.bytes_in, t.bytes_out), (153, 15));
+        assert_eq!((t.client_aborts, t.response_errors, t.server_aborts), (1, 1, 1));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use self::activity::{Activity, ActivityIo, Watch};
 use self::forward::Exchange;
 use self::upstream::Upstream;
+use crate::counters::Transfer;
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
 use crate::serve::{FrontendState, Proxy};
@@ -172,5 +173,6 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
         request_line: "<BADREQ>".to_owned(),
         upstream: None,
     };
-    ex.log(0);
+    let bytes = Transfer { from_client: ctx.activity.take_received(), to_client: 0 };
+    ex.log(bytes);
 }

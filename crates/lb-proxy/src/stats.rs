@@ -251,6 +251,7 @@ fn server_side_traffic(row: &mut Row, c: &Counters) {
     let t = c.totals();
     row.set("smax", t.max_sessions)
         .set("stot", t.sessions)
+        .set("bin", t.bytes_in)
         .set("bout", t.bytes_out)
         .set("econ", t.connect_errors)
         .set("eresp", t.response_errors)
@@ -357,6 +358,7 @@ fn frontend_row(proxy: &Proxy, index: usize, fe: &FrontendState) -> Row {
         .set("smax", t.max_sessions)
         .set("slim", fe.config.max_connections.unwrap_or(proxy.max_connections))
         .set("stot", t.sessions)
+        .set("bin", t.bytes_in)
         .set("bout", t.bytes_out)
         .set("ereq", t.request_errors)
         .set("status", "OPEN")
@@ -391,6 +393,7 @@ fn server_row(backend: &BackendState, server: &ServerState, iid: usize) -> Row {
         .set("act", 1)
         .set("bck", 0)
         .set("lastchg", server.since_last_change().as_secs())
+        .set("downtime", server.downtime().as_secs())
         .set("pid", PROCESS_NUMBER)
         .set("iid", iid)
         .set("sid", server_id(server))
@@ -494,9 +497,10 @@ pub(crate) fn snapshot(proxy: &Proxy) -> Snapshot {
         snapshot.backends.insert(backend.name().to_owned(), backend.counters.totals());
         for server in backend.servers().iter() {
             let (failed_checks, downs) = server.check_counts();
+            let downtime_secs = server.downtime().as_secs();
             snapshot.servers.insert(
                 format!("{}/{}", backend.name(), server.name()),
-                ServerTotals { traffic: server.counters.totals(), failed_checks, downs },
+                ServerTotals { traffic: server.counters.totals(), failed_checks, downs, downtime_secs },
             );
         }
     }
@@ -520,6 +524,7 @@ pub(crate) fn inherit(proxy: &Proxy, base: &Snapshot) {
             if let Some(t) = base.servers.get(&format!("{}/{}", backend.name(), server.name())) {
                 server.counters.inherit(&t.traffic);
                 server.inherit_check_counts(t.failed_checks, t.downs);
+                server.inherit_downtime(std::time::Duration::from_secs(t.downtime_secs));
             }
         }
     }

@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::backend::{ServerState, SessionGuard};
 use crate::connect::{connect, ConnectFailure};
+use crate::counters::Transfer;
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
 use crate::log::TcpLog;
@@ -42,7 +43,7 @@ pub(crate) async fn serve(
         server: None,
         tw: -1,
         tc: -1,
-        bytes: 0,
+        bytes: Transfer::default(),
         termination: *b"--",
         retries: 0,
         beconn: 0,
@@ -100,7 +101,10 @@ pub(crate) async fn serve(
             _ = &mut killed => break Err(io::Error::new(io::ErrorKind::Interrupted, "shutdown sessions")),
         }
     };
-    log.bytes = activity.to_client.load(Ordering::Relaxed);
+    log.bytes = Transfer {
+        from_client: activity.to_server.load(Ordering::Relaxed),
+        to_client: activity.to_client.load(Ordering::Relaxed),
+    };
     log.termination = match &outcome {
         Ok(_) => *b"--",
         Err(e) if e.kind() == io::ErrorKind::TimedOut => *b"cD",
@@ -121,7 +125,7 @@ struct Pending<'a> {
     server: Option<Arc<ServerState>>,
     tw: i64,
     tc: i64,
-    bytes: u64,
+    bytes: Transfer,
     termination: [u8; 2],
     retries: u32,
     beconn: usize,
@@ -147,7 +151,7 @@ impl Pending<'_> {
             tw: self.tw,
             tc: self.tc,
             tt: started.elapsed().as_millis() as i64,
-            bytes_read: self.bytes,
+            bytes_read: self.bytes.to_client,
             termination: self.termination,
             actconn: self.proxy.actconn(),
             feconn: self.fe.feconn(),
@@ -160,17 +164,24 @@ impl Pending<'_> {
     }
 }
 
-/// When bytes last moved in either direction, and how many reached the client.
+/// When bytes last moved in either direction, and how many went each way.
 #[derive(Debug)]
 struct Activity {
     since: Instant,
     last_ms: AtomicU64,
     to_client: AtomicU64,
+    /// The client's bytes, counted as they are written to the server.
+    to_server: AtomicU64,
 }
 
 impl Activity {
     fn new() -> Self {
-        Activity { since: Instant::now(), last_ms: AtomicU64::new(0), to_client: AtomicU64::new(0) }
+        Activity {
+            since: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            to_client: AtomicU64::new(0),
+            to_server: AtomicU64::new(0),
+        }
     }
 
     fn touch(&self) {
@@ -222,7 +233,8 @@ impl AsyncWrite for Tracked<ClientStream> {
 impl AsyncWrite for Tracked<tokio::net::TcpStream> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.io).poll_write(cx, buf);
-        if let Poll::Ready(Ok(_)) = r {
+        if let Poll::Ready(Ok(n)) = r {
+            self.activity.to_server.fetch_add(n as u64, Ordering::Relaxed);
             self.activity.touch();
         }
         r

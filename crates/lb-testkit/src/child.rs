@@ -15,6 +15,15 @@ use crate::{bin_path, wait_until_blocking};
 /// How long a stopped daemon has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
+/// The master has said that its first worker serves (its `… worker ready` line): a test may
+/// ask the worker anything from then on. Listening alone does not say it: the master binds the
+/// sockets before it starts the worker (connections wait in the backlog until the worker
+/// accepts), so a test that asks `show proc` at once could find no current worker yet.
+pub(crate) fn worker_ready(stderr: &Lines) -> bool {
+    let lines = stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    lines.iter().any(|line| line.contains(" worker ready"))
+}
+
 /// A started daemon and, once known, how it exited (reaped once, remembered).
 #[derive(Debug)]
 pub(crate) struct DaemonChild {

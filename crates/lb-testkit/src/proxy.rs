@@ -89,7 +89,8 @@ pub enum StartError {
     AddressInUse { stderr: String },
     /// The process exited during start.
     Exited { status: ExitStatus, stderr: String },
-    /// The process runs but did not listen on every frontend address in time.
+    /// The process runs but did not listen on every frontend address, or have a ready worker,
+    /// in time.
     NotListening { missing: String, stderr: String },
 }
 
@@ -221,7 +222,10 @@ impl ProxyProcess {
                     StartError::Exited { status, stderr }
                 });
             }
-            let missing = proxy.missing_listeners(&unix_paths);
+            let mut missing = proxy.missing_listeners(&unix_paths);
+            if !crate::child::worker_ready(&proxy.stderr) {
+                missing.push("(a ready worker)".to_owned());
+            }
             if missing.is_empty() {
                 return Ok(proxy);
             }

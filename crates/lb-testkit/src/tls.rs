@@ -83,8 +83,11 @@ impl TlsProcess {
                 });
             }
             let listening = listening_tcp_ports(&crate::procfs::socket_inodes(tls.pid()));
-            let missing: Vec<String> =
+            let mut missing: Vec<String> =
                 tls.ports.iter().filter(|p| !listening.contains(p)).map(|p| format!("port {p}")).collect();
+            if !crate::child::worker_ready(&tls.stderr) {
+                missing.push("(a ready worker)".to_owned());
+            }
             if missing.is_empty() {
                 return Ok(tls);
             }

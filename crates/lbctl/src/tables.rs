@@ -32,7 +32,7 @@ impl Shape {
 }
 
 /// The columns of `show stat` worth a terminal's width, with their headings.
-const STAT_COLUMNS: [(&str, &str); 12] = [
+const STAT_COLUMNS: [(&str, &str); 13] = [
     ("pxname", "NAME"),
     ("svname", "SERVER"),
     ("status", "STATUS"),
@@ -42,6 +42,7 @@ const STAT_COLUMNS: [(&str, &str); 12] = [
     ("stot", "TOTAL"),
     ("req_tot", "REQUESTS"),
     ("hrsp_5xx", "5XX"),
+    ("bin", "BYTES_IN"),
     ("bout", "BYTES_OUT"),
     ("check_status", "CHECK"),
     ("lastchg", "LASTCHG"),

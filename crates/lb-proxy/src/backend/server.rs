@@ -7,7 +7,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lb_config::AdminState;
 use tokio::sync::Notify;
@@ -41,11 +41,20 @@ pub(crate) struct ServerState {
     /// Health checks that failed (`chkfail`), and UP → DOWN transitions (`chkdown`).
     failed_checks: AtomicU64,
     downs: AtomicU64,
+    /// Time spent unable to take traffic, health DOWN or admin MAINT (`downtime`).
+    downtime: Mutex<Downtime>,
     /// Deleted from its backend (`del server`): its health-check task ends.
     removed: AtomicBool,
     /// Its connections, to close them (`shutdown sessions`).
     pub(crate) sessions: Sessions,
     pub(crate) counters: Counters,
+}
+
+/// Downtime so far: the periods that ended, and when the current one began.
+#[derive(Debug, Default)]
+struct Downtime {
+    total: Duration,
+    since: Option<Instant>,
 }
 
 impl fmt::Debug for ServerState {
@@ -100,6 +109,10 @@ impl ServerState {
             last_change: Mutex::new(Instant::now()),
             failed_checks: AtomicU64::new(0),
             downs: AtomicU64::new(0),
+            downtime: Mutex::new(Downtime {
+                total: Duration::ZERO,
+                since: (config.state == AdminState::Maint).then(Instant::now),
+            }),
             removed: AtomicBool::new(false),
             sessions: Sessions::default(),
             counters: Counters::default(),
@@ -144,6 +157,7 @@ impl ServerState {
         let old = decode(self.admin.swap(encode(s), Ordering::AcqRel));
         if old != s {
             *lock(&self.last_change) = Instant::now();
+            self.note_availability(Instant::now());
             if s == AdminState::Ready {
                 self.start_ramp(Instant::now());
             }
@@ -235,6 +249,7 @@ impl ServerState {
         let was = self.up.swap(up, Ordering::AcqRel);
         if up != was {
             *lock(&self.last_change) = now;
+            self.note_availability(now);
         }
         if up && !was {
             self.start_ramp(now);
@@ -242,6 +257,31 @@ impl ServerState {
         if was && !up {
             self.downs.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Start or end a period of downtime, as health and admin state now say.
+    fn note_availability(&self, now: Instant) {
+        let unavailable = !self.is_up() || self.admin_state() == AdminState::Maint;
+        let mut d = lock(&self.downtime);
+        match (unavailable, d.since) {
+            (true, None) => d.since = Some(now),
+            (false, Some(since)) => {
+                d.total += now.saturating_duration_since(since);
+                d.since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Time spent DOWN or in MAINT so far, the current period included.
+    pub(crate) fn downtime(&self) -> Duration {
+        let d = lock(&self.downtime);
+        d.total + d.since.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// Count on from a predecessor's downtime.
+    pub(crate) fn inherit_downtime(&self, earlier: Duration) {
+        lock(&self.downtime).total += earlier;
     }
 
     /// How long since its state last changed.
@@ -264,6 +304,7 @@ impl ServerState {
     /// takes no traffic before it has passed them.
     pub(super) fn assume_down(&self) {
         self.up.store(false, Ordering::Release);
+        self.note_availability(Instant::now());
     }
 
     /// Taken out of its backend: its health checks end.

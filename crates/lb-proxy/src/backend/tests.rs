@@ -389,3 +389,26 @@ fn a_checked_server_added_at_run_time_starts_down() {
     let added = be.add_server(config).expect("added");
     assert!(!added.is_up(), "no traffic before its checks pass");
 }
+
+#[test]
+fn downtime_adds_up_down_and_maint_periods() {
+    let be = backend(Balance::RoundRobin, &[1]);
+    let server = &be.servers()[0];
+    assert_eq!(server.downtime(), Duration::ZERO);
+    let t0 = Instant::now();
+    server.set_up(false, t0);
+    server.set_up(true, t0 + Duration::from_secs(2));
+    assert_eq!(server.downtime(), Duration::from_secs(2));
+    // Down again, then in MAINT while down: one period, open until both are over.
+    let t1 = Instant::now();
+    server.set_up(false, t1);
+    server.set_admin_state(AdminState::Maint);
+    server.set_up(true, t1 + Duration::from_secs(1));
+    assert!(server.downtime() >= Duration::from_secs(2), "still in MAINT: {:?}", server.downtime());
+    server.set_admin_state(AdminState::Ready);
+    let total = server.downtime();
+    assert!(total >= Duration::from_secs(2) && total < Duration::from_secs(3), "{total:?}");
+    // Carried from a predecessor.
+    server.inherit_downtime(Duration::from_secs(10));
+    assert_eq!(server.downtime(), total + Duration::from_secs(10));
+}

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use crate::counters::Transfer;
+
 /// While draining, an idle connection is closed only after this long without a request.
 const DRAIN_QUIET: Duration = Duration::from_secs(1);
 
@@ -43,6 +45,9 @@ struct State {
     /// Bytes written to the client so far, and at the start of the current response.
     written: u64,
     response_base: u64,
+    /// Bytes read from the client so far, and how many of them a log line has accounted for.
+    read: u64,
+    read_logged: u64,
     /// The raw header section of the request being read, for the checks hyper cannot make
     /// (it silently drops Content-Length when Transfer-Encoding is present).
     head: Vec<u8>,
@@ -62,8 +67,8 @@ struct State {
 
 /// A log line waiting for its byte count (the exchange itself: no box made for the wait).
 pub(crate) trait LogWhenSent: Send {
-    /// Write the line: `sent` bytes went to the client for this response.
-    fn log(self: Box<Self>, sent: u64);
+    /// Write the line: what this request moved, its response sent whole or abandoned.
+    fn log(self: Box<Self>, bytes: Transfer);
 }
 
 type PendingLog = Box<dyn LogWhenSent>;
@@ -139,6 +144,8 @@ impl Activity {
                 read_waker: None,
                 written: 0,
                 response_base: 0,
+                read: 0,
+                read_logged: 0,
                 head: Vec::new(),
                 head_limit,
                 pending_log: None,
@@ -221,14 +228,29 @@ impl Activity {
     pub(crate) fn log_when_sent(&self, log: PendingLog) {
         let mut s = self.lock();
         if s.io_closed {
-            let sent = s.written - s.response_base;
+            let bytes = Self::logged(&mut s);
             drop(s);
-            log.log(sent);
+            log.log(bytes);
         } else if let Some(previous) = s.pending_log.replace(log) {
-            let sent = s.written - s.response_base;
+            let bytes = Self::logged(&mut s);
             drop(s);
-            previous.log(sent);
+            previous.log(bytes);
         }
+    }
+
+    /// The bytes of the request a line is about to be written for: those sent since its
+    /// response began, and those received since the last line (its head and body; a client
+    /// sends the next request only after this response, or pipelines it, which is rare).
+    fn logged(s: &mut State) -> Transfer {
+        let from_client = s.read - s.read_logged;
+        s.read_logged = s.read;
+        Transfer { from_client, to_client: s.written - s.response_base }
+    }
+
+    /// The bytes received since the last log line, now accounted for: those of a request that
+    /// could not be parsed.
+    pub(crate) fn take_received(&self) -> u64 {
+        Self::logged(&mut self.lock()).from_client
     }
 
     /// Run the pending log line, if any and if its byte count is final: everything written
@@ -240,9 +262,9 @@ impl Activity {
             return;
         }
         let Some(log) = s.pending_log.take() else { return };
-        let sent = s.written - s.response_base;
+        let bytes = Self::logged(&mut s);
         drop(s);
-        log.log(sent);
+        log.log(bytes);
     }
 
     /// The response has been sent (or abandoned): idle again.
@@ -350,6 +372,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         match polled {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                s.read += (buf.filled().len() - before) as u64;
                 if !s.in_request {
                     if s.first_byte.is_none() {
                         s.first_byte = Some(Instant::now());

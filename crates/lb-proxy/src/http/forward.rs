@@ -18,6 +18,7 @@ use super::upstream::{acquire, fresh, ServerConn, Upstream};
 use super::{errors, headers, ConnCtx};
 use crate::backend::{BackendState, ServerState};
 use crate::connect::ConnectFailure;
+use crate::counters::Transfer;
 use crate::log::HttpLog;
 
 /// What the log line of one request needs, filled in as the request goes.
@@ -40,7 +41,7 @@ pub(crate) struct Exchange {
 }
 
 impl Exchange {
-    pub(crate) fn log(&self, bytes: u64) {
+    pub(crate) fn log(&self, bytes: Transfer) {
         let ctx = &self.ctx;
         let backend = self.backend.as_deref();
         let server = self.server.as_deref();
@@ -72,7 +73,7 @@ impl Exchange {
             tresp: self.tresp,
             ta: ta.as_millis() as i64,
             status: self.status,
-            bytes_read: bytes,
+            bytes_read: bytes.to_client,
             termination: self.termination,
             actconn: ctx.proxy.actconn(),
             feconn: ctx.fe.feconn(),
@@ -113,8 +114,8 @@ impl OnEnd for Exchange {
 }
 
 impl LogWhenSent for Exchange {
-    fn log(self: Box<Self>, sent: u64) {
-        Exchange::log(&self, sent);
+    fn log(self: Box<Self>, bytes: Transfer) {
+        Exchange::log(&self, bytes);
     }
 }
 

@@ -79,11 +79,12 @@ fn traffic_cells(current: usize, counters: &Counters) -> String {
     let mut cells = String::new();
     let _ = write!(
         cells,
-        "<td>{current}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+        "<td>{current}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
         t.max_sessions,
         t.sessions,
         counters.session_rate.per_second(),
         t.requests,
+        bytes(t.bytes_in),
         bytes(t.bytes_out),
         counters.responses(1),
         counters.responses(3),
@@ -93,7 +94,7 @@ fn traffic_cells(current: usize, counters: &Counters) -> String {
 }
 
 const TRAFFIC_HEADERS: &str = "<th>cur</th><th>max</th><th>total</th><th>rate/s</th><th>requests</th>\
-<th>bytes out</th><th>2xx</th><th>4xx</th><th>5xx</th>";
+<th>bytes in</th><th>bytes out</th><th>2xx</th><th>4xx</th><th>5xx</th>";
 
 fn frontend(out: &mut String, fe: &FrontendState) {
     let _ = write!(

@@ -92,6 +92,13 @@ fn traffic(out: &mut String, level: &str, what: &str, items: &[Item<'_>]) {
         &format!("HTTP responses of {what}, by status class."),
         &counters,
     );
+    counter(
+        out,
+        &format!("{level}_bytes_in_total"),
+        &format!("Bytes received from clients by {what}."),
+        &totals,
+        |t| t.bytes_in,
+    );
     counter(out, &format!("{level}_bytes_out_total"), &format!("Bytes sent to clients by {what}."), &totals, |t| {
         t.bytes_out
     });
@@ -196,6 +203,9 @@ pub(crate) fn render(proxy: &Proxy, procs: Option<&ProcTable>) -> String {
     });
     counter(&mut out, "server_check_failures_total", "Failed health checks.", &servers, |s| s.check_counts().0);
     counter(&mut out, "server_downs_total", "Times health went from up to down.", &servers, |s| s.check_counts().1);
+    counter(&mut out, "server_downtime_seconds_total", "Seconds spent DOWN or in MAINT.", &servers, |s| {
+        s.downtime().as_secs()
+    });
     gauge(&mut out, "server_last_change_seconds", "Seconds since its state last changed.", &servers, |s| {
         s.since_last_change().as_secs()
     });

@@ -183,6 +183,16 @@ async fn show_stat_is_haproxys_csv() {
     assert_eq!(row(&rows, "api", "a1")["status"], "MAINT");
     assert_eq!(row(&rows, "api", "a2")["status"], "DRAIN");
     assert_eq!(row(&rows, "api", "BACKEND")["status"], "DOWN");
+    // The backend's downtime: time without a usable server, from now on.
+    let backend_downtime = || {
+        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
+        number(&rows, "api", "BACKEND", "downtime")
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || backend_downtime() >= 1).await,
+        "backend downtime {}",
+        backend_downtime()
+    );
 
     // The same CSV over HTTP, at HAProxy's URLs.
     for path in ["/;csv", "/stats;csv", "/;csv;norefresh"] {

@@ -25,8 +25,8 @@ pub(crate) mod tests;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -34,6 +34,7 @@ use lb_config::Balance;
 
 use crate::counters::Counters;
 use balance::SmoothRoundRobin;
+use server::Downtime;
 pub(crate) use server::ServerState;
 pub(crate) use sessions::SessionGuard;
 
@@ -82,6 +83,9 @@ pub(crate) struct BackendState {
     queued: AtomicUsize,
     /// Woken when a lease is released while connections are queued.
     slot_freed: Notify,
+    /// Time without a usable server (`downtime`), noted at every change that can make or undo
+    /// that: a server's health, admin state or weight, a server added or deleted.
+    downtime: Mutex<Downtime>,
 }
 
 /// Why [`BackendState::pick_queued`] found no server.
@@ -109,6 +113,8 @@ impl BackendState {
         let servers: Vec<Arc<ServerState>> =
             config.servers.iter().enumerate().map(|(i, s)| Arc::new(ServerState::new(i, s.clone()))).collect();
         let round_robin = SmoothRoundRobin::new(servers.len());
+        let now = Instant::now();
+        let usable = servers.iter().any(|s| s.usable_weight(now).is_some());
         BackendState {
             config,
             next_id: AtomicUsize::new(servers.len()),
@@ -119,6 +125,7 @@ impl BackendState {
             round_robin,
             queued: AtomicUsize::new(0),
             slot_freed: Notify::new(),
+            downtime: Mutex::new(Downtime::new(!usable, now)),
         }
     }
 
@@ -155,6 +162,8 @@ impl BackendState {
         next.extend(list.iter().cloned());
         next.push(server.clone());
         *list = Arc::new(next);
+        drop(list);
+        self.note_availability();
         Ok(server)
     }
 
@@ -177,6 +186,7 @@ impl BackendState {
         *list = Arc::new(list.iter().filter(|s| !Arc::ptr_eq(s, &server)).cloned().collect());
         drop(list);
         server.mark_removed();
+        self.note_availability();
         Ok(server)
     }
 
@@ -268,6 +278,23 @@ impl BackendState {
     pub(crate) fn has_usable_server(&self) -> bool {
         let now = Instant::now();
         self.servers().iter().any(|s| s.usable_weight(now).is_some())
+    }
+
+    /// A server's health, admin state or weight changed, or the list did: begin or end a period
+    /// without a usable server.
+    pub(crate) fn note_availability(&self) {
+        let usable = self.has_usable_server();
+        self.downtime.lock().unwrap_or_else(PoisonError::into_inner).note(!usable, Instant::now());
+    }
+
+    /// Time without a usable server so far, the current period included.
+    pub(crate) fn downtime(&self) -> Duration {
+        self.downtime.lock().unwrap_or_else(PoisonError::into_inner).so_far()
+    }
+
+    /// Count on from a predecessor's downtime.
+    pub(crate) fn inherit_downtime(&self, earlier: Duration) {
+        self.downtime.lock().unwrap_or_else(PoisonError::into_inner).inherit(earlier);
     }
 
     /// Servers health-up and not in maintenance (drain included): HAProxy's "active servers" of

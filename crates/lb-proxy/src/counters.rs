@@ -227,6 +227,11 @@ pub(crate) struct Snapshot {
     pub(crate) backends: BTreeMap<String, Totals>,
     /// By `backend/server`.
     pub(crate) servers: BTreeMap<String, ServerTotals>,
+    /// Backends' seconds without a usable server, by name (absent from a worker from before
+    /// it was counted). Not part of what is counted late: the new worker keeps its own clock
+    /// for the same wall-clock time.
+    #[serde(default)]
+    pub(crate) backend_downtime_secs: BTreeMap<String, u64>,
 }
 
 impl Totals {
@@ -285,6 +290,7 @@ impl Snapshot {
             frontends: map(&self.frontends, &earlier.frontends),
             backends: map(&self.backends, &earlier.backends),
             servers,
+            backend_downtime_secs: BTreeMap::new(),
         }
     }
 }

@@ -438,6 +438,7 @@ fn backend_row(backend: &BackendState, iid: usize) -> Row {
         .set("bck", 0)
         .set("chkdown", downs)
         .set("lastchg", lastchg)
+        .set("downtime", backend.downtime().as_secs())
         .set("pid", PROCESS_NUMBER)
         .set("iid", iid)
         .set("sid", 0)
@@ -495,6 +496,7 @@ pub(crate) fn snapshot(proxy: &Proxy) -> Snapshot {
     }
     for backend in proxy.backends.iter() {
         snapshot.backends.insert(backend.name().to_owned(), backend.counters.totals());
+        snapshot.backend_downtime_secs.insert(backend.name().to_owned(), backend.downtime().as_secs());
         for server in backend.servers().iter() {
             let (failed_checks, downs) = server.check_counts();
             let downtime_secs = server.downtime().as_secs();
@@ -519,6 +521,9 @@ pub(crate) fn inherit(proxy: &Proxy, base: &Snapshot) {
     for backend in proxy.backends.iter() {
         if let Some(t) = base.backends.get(backend.name()) {
             backend.counters.inherit(t);
+        }
+        if let Some(&secs) = base.backend_downtime_secs.get(backend.name()) {
+            backend.inherit_downtime(std::time::Duration::from_secs(secs));
         }
         for server in backend.servers().iter() {
             if let Some(t) = base.servers.get(&format!("{}/{}", backend.name(), server.name())) {

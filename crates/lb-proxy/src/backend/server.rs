@@ -50,11 +50,41 @@ pub(crate) struct ServerState {
     pub(crate) counters: Counters,
 }
 
-/// Downtime so far: the periods that ended, and when the current one began.
+/// Time spent unavailable (a server DOWN or in MAINT, a backend without a usable server): the
+/// periods that ended, and when the current one began.
 #[derive(Debug, Default)]
-struct Downtime {
+pub(super) struct Downtime {
     total: Duration,
     since: Option<Instant>,
+}
+
+impl Downtime {
+    /// Unavailable from `now` on when `unavailable`.
+    pub(super) fn new(unavailable: bool, now: Instant) -> Downtime {
+        Downtime { total: Duration::ZERO, since: unavailable.then_some(now) }
+    }
+
+    /// Begin or end a period at `now`, as `unavailable` says.
+    pub(super) fn note(&mut self, unavailable: bool, now: Instant) {
+        match (unavailable, self.since) {
+            (true, None) => self.since = Some(now),
+            (false, Some(since)) => {
+                self.total += now.saturating_duration_since(since);
+                self.since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The periods so far, the current one included.
+    pub(super) fn so_far(&self) -> Duration {
+        self.total + self.since.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// Count on from a predecessor's downtime.
+    pub(super) fn inherit(&mut self, earlier: Duration) {
+        self.total += earlier;
+    }
 }
 
 impl fmt::Debug for ServerState {
@@ -109,10 +139,7 @@ impl ServerState {
             last_change: Mutex::new(Instant::now()),
             failed_checks: AtomicU64::new(0),
             downs: AtomicU64::new(0),
-            downtime: Mutex::new(Downtime {
-                total: Duration::ZERO,
-                since: (config.state == AdminState::Maint).then(Instant::now),
-            }),
+            downtime: Mutex::new(Downtime::new(config.state == AdminState::Maint, Instant::now())),
             removed: AtomicBool::new(false),
             sessions: Sessions::default(),
             counters: Counters::default(),
@@ -262,26 +289,17 @@ impl ServerState {
     /// Start or end a period of downtime, as health and admin state now say.
     fn note_availability(&self, now: Instant) {
         let unavailable = !self.is_up() || self.admin_state() == AdminState::Maint;
-        let mut d = lock(&self.downtime);
-        match (unavailable, d.since) {
-            (true, None) => d.since = Some(now),
-            (false, Some(since)) => {
-                d.total += now.saturating_duration_since(since);
-                d.since = None;
-            }
-            _ => {}
-        }
+        lock(&self.downtime).note(unavailable, now);
     }
 
     /// Time spent DOWN or in MAINT so far, the current period included.
     pub(crate) fn downtime(&self) -> Duration {
-        let d = lock(&self.downtime);
-        d.total + d.since.map_or(Duration::ZERO, |since| since.elapsed())
+        lock(&self.downtime).so_far()
     }
 
     /// Count on from a predecessor's downtime.
     pub(crate) fn inherit_downtime(&self, earlier: Duration) {
-        lock(&self.downtime).total += earlier;
+        lock(&self.downtime).inherit(earlier);
     }
 
     /// How long since its state last changed.

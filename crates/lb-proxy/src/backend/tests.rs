@@ -412,3 +412,28 @@ fn downtime_adds_up_down_and_maint_periods() {
     server.inherit_downtime(Duration::from_secs(10));
     assert_eq!(server.downtime(), total + Duration::from_secs(10));
 }
+
+#[test]
+fn backend_downtime_is_time_without_a_usable_server() {
+    let be = backend(Balance::RoundRobin, &[1, 1]);
+    let (s0, s1) = (be.servers()[0].clone(), be.servers()[1].clone());
+    let t0 = Instant::now();
+    s0.set_up(false, t0);
+    be.note_availability();
+    assert_eq!(be.downtime(), Duration::ZERO, "one server left: still up");
+    s1.set_admin_state(AdminState::Maint);
+    be.note_availability();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(be.downtime() >= Duration::from_millis(20), "{:?}", be.downtime());
+    s1.set_admin_state(AdminState::Ready);
+    be.note_availability();
+    let total = be.downtime();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(be.downtime(), total, "up again: the period ended");
+    // An empty backend (all servers deleted) is down.
+    s1.set_admin_state(AdminState::Drain);
+    be.note_availability();
+    assert!(be.remove_server(s1.name()).is_ok());
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(be.downtime() >= total + Duration::from_millis(20));
+}

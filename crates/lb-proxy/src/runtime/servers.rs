@@ -21,22 +21,23 @@ const MAX_WEIGHT: u32 = 256;
 
 pub(super) fn command(rt: &ProxyRuntime, words: &[&str]) -> RuntimeResult {
     match words {
-        ["disable", "server", target] => with_server(rt, target, |_, s| set_state(s, AdminState::Maint)),
-        ["enable", "server", target] => with_server(rt, target, |_, s| set_state(s, AdminState::Ready)),
+        ["disable", "server", target] => with_server(rt, target, |b, s| set_state(b, s, AdminState::Maint)),
+        ["enable", "server", target] => with_server(rt, target, |b, s| set_state(b, s, AdminState::Ready)),
         ["disable" | "enable", "server", ..] => RuntimeResult::refused("Require 'backend/server'."),
         ["set", "server", target, "state", state] => {
             let Some(state) = parse_state(state) else {
                 return RuntimeResult::refused("'set server <srv> state' expects 'ready', 'drain' and 'maint'.");
             };
-            with_server(rt, target, |_, s| set_state(s, state))
+            with_server(rt, target, |b, s| set_state(b, s, state))
         }
         ["set", "server", target, "weight", weight] | ["set", "weight", target, weight] => {
             let weight = match parse_weight(weight) {
                 Ok(w) => w,
                 Err(message) => return RuntimeResult::refused(message),
             };
-            with_server(rt, target, |_, s| {
+            with_server(rt, target, |b, s| {
                 s.set_weight(weight);
+                b.note_availability();
                 RuntimeResult::ok("")
             })
         }
@@ -93,8 +94,9 @@ fn with_server(
     f(backend, &server)
 }
 
-fn set_state(server: &ServerState, state: AdminState) -> RuntimeResult {
+fn set_state(backend: &BackendState, server: &ServerState, state: AdminState) -> RuntimeResult {
     server.set_admin_state(state);
+    backend.note_availability();
     RuntimeResult::ok("")
 }
 

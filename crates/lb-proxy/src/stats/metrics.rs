@@ -165,6 +165,9 @@ pub(crate) fn render(proxy: &Proxy, procs: Option<&ProcTable>) -> String {
     gauge(&mut out, "backend_active_servers", "Servers health-up and not in maintenance.", &backends, |b| {
         b.active_servers() as u64
     });
+    counter(&mut out, "backend_downtime_seconds_total", "Seconds without a usable server.", &backends, |b| {
+        b.downtime().as_secs()
+    });
     counter(&mut out, "backend_connect_errors_total", "Failed connects to its servers.", &backends, |b| {
         b.counters.totals().connect_errors
     });

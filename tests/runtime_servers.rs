@@ -215,6 +215,36 @@ async fn runtime_socket_is_private() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_mode_on_the_runtime_socket() {
+    use std::io::{Read, Write};
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config(&s1));
+    let mut socket = std::os::unix::net::UnixStream::connect(proxy.runtime_socket()).expect("runtime socket");
+    socket.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    // Everything the proxy writes until the prompt (or until it closes).
+    let until_prompt = |socket: &mut std::os::unix::net::UnixStream| {
+        let mut text = Vec::new();
+        let mut byte = [0u8; 1];
+        while !text.ends_with(b"> ") && socket.read(&mut byte).unwrap_or(0) == 1 {
+            text.push(byte[0]);
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    };
+    socket.write_all(b"prompt\n").expect("send");
+    assert_eq!(until_prompt(&mut socket), "> ");
+    socket.write_all(b"set server be/s1 state drain\n").expect("send");
+    assert_eq!(until_prompt(&mut socket), "\n> ", "an empty answer, then the prompt");
+    socket.write_all(b"show servers state be\n").expect("send");
+    let state = until_prompt(&mut socket);
+    assert!(state.starts_with("1\n# be_id be_name") && state.ends_with("\n\n> "), "{state:?}");
+    assert!(state.contains(" s1 "), "{state:?}");
+    socket.write_all(b"quit\n").expect("send");
+    let mut rest = String::new();
+    socket.read_to_string(&mut rest).expect("closed after quit");
+    assert_eq!(rest, "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_reach_the_current_worker_after_a_reload_and_on_tcp() {
     let s1 = TestServer::start("s1");
     let a1 = s1.addr();

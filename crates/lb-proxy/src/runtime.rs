@@ -33,6 +33,8 @@ The following commands are valid at this level:
   enable server <bk>/<srv>                : take a server out of maintenance or drain (state ready)
   get weight <bk>/<srv>                   : report a server's current and initial weight
   help                                    : list the commands
+  prompt                                  : toggle interactive mode (runtime socket: a '> ' prompt after each answer)
+  quit                                    : close an interactive session
   set server <bk>/<srv> state <state>     : set a server's state: ready, drain or maint
   set server <bk>/<srv> weight <w>        : set a server's weight (0 to 256)
   set weight <bk>/<srv> <w>               : set a server's weight (0 to 256)

@@ -11,9 +11,12 @@
 //!                                                   ◀──ToMaster::Runtime{id, results}──
 //! ```
 //!
-//! The runtime socket is HAProxy's non-interactive CLI: one line of commands separated by `;`
-//! (a `\;` is a literal semicolon), each answer followed by an empty line, then the connection
-//! closes. So existing scripts (`echo "show stat" | socat stdio unix:…`) work unchanged.
+//! The runtime socket is HAProxy's CLI: one line of commands separated by `;` (a `\;` is a
+//! literal semicolon), each answer followed by an empty line, then the connection closes. So
+//! existing scripts (`echo "show stat" | socat stdio unix:…`) work unchanged. `prompt` switches
+//! to HAProxy's interactive mode, for a person at `socat readline`: after each line's answers a
+//! `> ` prompt, and the connection stays open until `quit`, another `prompt`, end of input or
+//! 10 minutes without a line.
 //!
 //! The same channel carries what a daemon needs of its neighbours: the counters of the worker it
 //! replaced ([`Runtime::snapshot`] / [`Runtime::inherit`]), and the master's `show proc`
@@ -38,6 +41,8 @@ use crate::protocol::{ProcTable, Request, Response, RuntimeResult, ToMaster};
 const MAX_LINE: usize = 64 * 1024;
 /// A client that sends nothing for this long is disconnected.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same in interactive mode, where a person reads an answer before typing the next line.
+const PROMPT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A daemon's answers to runtime commands, called on its worker.
 pub trait Runtime: Send + Sync + 'static {
@@ -189,38 +194,65 @@ pub(crate) async fn serve_tcp(listener: tokio::net::TcpListener, forward: Forwar
     }
 }
 
-/// One client: one line of commands, their answers, then close (HAProxy's non-interactive mode).
+/// One client: one line of commands, their answers, then close (HAProxy's non-interactive mode);
+/// or, after `prompt`, line after line with a prompt after each (interactive mode).
 async fn client<S: AsyncRead + AsyncWrite + Unpin>(stream: S, forward: Forward) {
     let (read, mut write) = tokio::io::split(stream);
-    let mut reader = BufReader::new(read).take((MAX_LINE + 1) as u64);
-    let mut line = Vec::new();
-    match tokio::time::timeout(IDLE_TIMEOUT, reader.read_until(b'\n', &mut line)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            tracing::debug!("runtime socket: reading a command: {e}");
-            return;
+    let mut reader = BufReader::new(read);
+    let mut interactive = false;
+    loop {
+        let idle = if interactive { PROMPT_IDLE_TIMEOUT } else { IDLE_TIMEOUT };
+        let mut line = Vec::new();
+        let mut limited = (&mut reader).take((MAX_LINE + 1) as u64);
+        match tokio::time::timeout(idle, limited.read_until(b'\n', &mut line)).await {
+            Ok(Ok(0)) | Err(_) => break,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!("runtime socket: reading a command: {e}");
+                break;
+            }
         }
-        Err(_) => return,
-    }
-    let answer = if line.len() > MAX_LINE {
-        framed(&format!("Command line longer than {MAX_LINE} bytes."))
-    } else {
-        let text = String::from_utf8_lossy(&line);
-        let mut answer = String::new();
-        for command in split_commands(&text) {
-            let output = match forward(Request::Runtime { line: command }).await {
-                Response::Runtime { output } => output,
-                Response::Error { message } => message,
-                other => format!("Unexpected answer: {other:?}"),
-            };
-            answer.push_str(&framed(&output));
+        let (answer, go_on) = if line.len() > MAX_LINE {
+            (framed(&format!("Command line longer than {MAX_LINE} bytes.")), false)
+        } else {
+            answer_line(&String::from_utf8_lossy(&line), &mut interactive, &forward).await
+        };
+        let prompt = if go_on && interactive { "> " } else { "" };
+        if let Err(e) = write.write_all(format!("{answer}{prompt}").as_bytes()).await {
+            tracing::debug!("runtime socket: writing an answer: {e}");
+            break;
         }
-        answer
-    };
-    if let Err(e) = write.write_all(answer.as_bytes()).await {
-        tracing::debug!("runtime socket: writing an answer: {e}");
+        if !(go_on && interactive) {
+            break;
+        }
     }
     let _ = write.shutdown().await;
+}
+
+/// The answers to one line, and whether the connection may go on (not after `quit`, nor after
+/// a `prompt` that left interactive mode). `prompt` and `quit` are the connection's own
+/// commands, answered here, as HAProxy's CLI does, without a line of output.
+async fn answer_line(text: &str, interactive: &mut bool, forward: &Forward) -> (String, bool) {
+    let mut answer = String::new();
+    for command in split_commands(text) {
+        match command.as_str() {
+            "prompt" if *interactive => {
+                *interactive = false;
+                return (answer, false);
+            }
+            "prompt" => *interactive = true,
+            "quit" => return (answer, false),
+            _ => {
+                let output = match forward(Request::Runtime { line: command }).await {
+                    Response::Runtime { output } => output,
+                    Response::Error { message } => message,
+                    other => format!("Unexpected answer: {other:?}"),
+                };
+                answer.push_str(&framed(&output));
+            }
+        }
+    }
+    (answer, true)
 }
 
 /// Bind the TCP runtime address.
@@ -313,5 +345,68 @@ mod tests {
         assert_eq!(mixed, Response::Error { message: "\nno\n\n".into() });
         assert!(!run_line(None, "  ")[0].ok);
         assert_eq!(run_line(None, "show stat")[0].output, "This daemon has no runtime commands.");
+    }
+
+    /// A runtime socket client over an in-memory stream, the worker answering `did <command>`.
+    fn connect() -> tokio::io::DuplexStream {
+        let forward: Forward = Arc::new(|request| {
+            Box::pin(async move {
+                match request {
+                    Request::Runtime { line } => Response::Runtime { output: format!("did {line}") },
+                    other => Response::Error { message: format!("{other:?}") },
+                }
+            })
+        });
+        let (near, far) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(client(far, forward));
+        near
+    }
+
+    /// What the server writes until it has written `end` (or closed: then `end` is not there).
+    async fn read_through(stream: &mut tokio::io::DuplexStream, end: &str) -> String {
+        let mut text = Vec::new();
+        let mut byte = [0u8; 1];
+        while !text.ends_with(end.as_bytes()) {
+            match stream.read(&mut byte).await {
+                Ok(1) => text.push(byte[0]),
+                _ => break,
+            }
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    }
+
+    #[tokio::test]
+    async fn one_line_then_close() {
+        let mut s = connect();
+        s.write_all(b"show info; show stat\n").await.unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).await.unwrap();
+        assert_eq!(all, "did show info\n\ndid show stat\n\n");
+    }
+
+    #[tokio::test]
+    async fn prompt_keeps_the_connection_until_quit() {
+        let mut s = connect();
+        s.write_all(b"prompt\n").await.unwrap();
+        assert_eq!(read_through(&mut s, "> ").await, "> ");
+        s.write_all(b"show info\n").await.unwrap();
+        assert_eq!(read_through(&mut s, "> ").await, "did show info\n\n> ");
+        s.write_all(b"show stat; show sess\n").await.unwrap();
+        assert_eq!(read_through(&mut s, "> ").await, "did show stat\n\ndid show sess\n\n> ");
+        s.write_all(b"show info; quit; show stat\n").await.unwrap();
+        let mut rest = String::new();
+        s.read_to_string(&mut rest).await.unwrap();
+        assert_eq!(rest, "did show info\n\n", "quit closes; what follows it is not run");
+    }
+
+    #[tokio::test]
+    async fn prompt_again_leaves_interactive_mode() {
+        let mut s = connect();
+        s.write_all(b"prompt; show info\n").await.unwrap();
+        assert_eq!(read_through(&mut s, "> ").await, "did show info\n\n> ");
+        s.write_all(b"show stat; prompt\n").await.unwrap();
+        let mut rest = String::new();
+        s.read_to_string(&mut rest).await.unwrap();
+        assert_eq!(rest, "did show stat\n\n");
     }
 }

@@ -378,35 +378,35 @@ mod tests {
     #[tokio::test]
     async fn one_line_then_close() {
         let mut s = connect();
-        s.write_all(b"show info; show stat\n").await.unwrap();
+        s.write_all(b"show info; show stat\n").await.expect("send");
         let mut all = String::new();
-        s.read_to_string(&mut all).await.unwrap();
+        s.read_to_string(&mut all).await.expect("read");
         assert_eq!(all, "did show info\n\ndid show stat\n\n");
     }
 
     #[tokio::test]
     async fn prompt_keeps_the_connection_until_quit() {
         let mut s = connect();
-        s.write_all(b"prompt\n").await.unwrap();
+        s.write_all(b"prompt\n").await.expect("send");
         assert_eq!(read_through(&mut s, "> ").await, "> ");
-        s.write_all(b"show info\n").await.unwrap();
+        s.write_all(b"show info\n").await.expect("send");
         assert_eq!(read_through(&mut s, "> ").await, "did show info\n\n> ");
-        s.write_all(b"show stat; show sess\n").await.unwrap();
+        s.write_all(b"show stat; show sess\n").await.expect("send");
         assert_eq!(read_through(&mut s, "> ").await, "did show stat\n\ndid show sess\n\n> ");
-        s.write_all(b"show info; quit; show stat\n").await.unwrap();
+        s.write_all(b"show info; quit; show stat\n").await.expect("send");
         let mut rest = String::new();
-        s.read_to_string(&mut rest).await.unwrap();
+        s.read_to_string(&mut rest).await.expect("read");
         assert_eq!(rest, "did show info\n\n", "quit closes; what follows it is not run");
     }
 
     #[tokio::test]
     async fn prompt_again_leaves_interactive_mode() {
         let mut s = connect();
-        s.write_all(b"prompt; show info\n").await.unwrap();
+        s.write_all(b"prompt; show info\n").await.expect("send");
         assert_eq!(read_through(&mut s, "> ").await, "did show info\n\n> ");
-        s.write_all(b"show stat; prompt\n").await.unwrap();
+        s.write_all(b"show stat; prompt\n").await.expect("send");
         let mut rest = String::new();
-        s.read_to_string(&mut rest).await.unwrap();
+        s.read_to_string(&mut rest).await.expect("read");
         assert_eq!(rest, "did show stat\n\n");
     }
 }

@@ -24,6 +24,15 @@ pub(crate) fn worker_ready(stderr: &Lines) -> bool {
     lines.iter().any(|line| line.contains(" worker ready"))
 }
 
+/// The `LB_LOG` filter a started daemon gets: the caller's own (to see more or less while
+/// debugging a test) with the master's lifecycle lines kept, since [`worker_ready`] reads them.
+pub(crate) fn log_filter() -> String {
+    match std::env::var("LB_LOG") {
+        Ok(filter) if !filter.trim().is_empty() => format!("{filter},lb_supervisor::master=info"),
+        _ => "info".to_owned(),
+    }
+}
+
 /// A started daemon and, once known, how it exited (reaped once, remembered).
 #[derive(Debug)]
 pub(crate) struct DaemonChild {

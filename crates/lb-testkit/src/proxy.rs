@@ -179,6 +179,7 @@ impl ProxyProcess {
         let mut child = Command::new(binary)
             .arg("-f")
             .arg(&config_path)
+            .env("LB_LOG", crate::child::log_filter())
             .envs(options.env.iter().map(|(k, v)| (k, v)))
             .current_dir(dir.path())
             .stdin(Stdio::null())

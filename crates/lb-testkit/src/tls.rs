@@ -59,6 +59,7 @@ impl TlsProcess {
         let mut child = Command::new(bin_path("lb-tls"))
             .arg("-f")
             .arg(&config_path)
+            .env("LB_LOG", crate::child::log_filter())
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -113,9 +113,7 @@ impl BackendState {
         let servers: Vec<Arc<ServerState>> =
             config.servers.iter().enumerate().map(|(i, s)| Arc::new(ServerState::new(i, s.clone()))).collect();
         let round_robin = SmoothRoundRobin::new(servers.len());
-        let now = Instant::now();
-        let usable = servers.iter().any(|s| s.usable_weight(now).is_some());
-        BackendState {
+        let backend = BackendState {
             config,
             next_id: AtomicUsize::new(servers.len()),
             servers: RwLock::new(Arc::new(servers)),
@@ -125,8 +123,11 @@ impl BackendState {
             round_robin,
             queued: AtomicUsize::new(0),
             slot_freed: Notify::new(),
-            downtime: Mutex::new(Downtime::new(!usable, now)),
-        }
+            downtime: Mutex::new(Downtime::default()),
+        };
+        // Down from the start when it has no usable server (none configured, all in MAINT).
+        backend.note_availability();
+        backend
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -280,9 +281,29 @@ impl BackendState {
         self.servers().iter().any(|s| s.usable_weight(now).is_some())
     }
 
+    // ---- changes to a server: through its backend, which notes whether one is still usable ----
+
+    /// Set `server`'s admin state (runtime API): see [`ServerState::set_admin_state`].
+    pub(crate) fn set_admin_state(&self, server: &ServerState, state: lb_config::AdminState) {
+        server.set_admin_state(state);
+        self.note_availability();
+    }
+
+    /// Set `server`'s weight (runtime API), at most 256.
+    pub(crate) fn set_weight(&self, server: &ServerState, weight: u32) {
+        server.set_weight(weight);
+        self.note_availability();
+    }
+
+    /// Set `server`'s health, as its checks decided at `now`: see [`ServerState::set_up`].
+    pub(crate) fn set_up(&self, server: &ServerState, up: bool, now: Instant) {
+        server.set_up(up, now);
+        self.note_availability();
+    }
+
     /// A server's health, admin state or weight changed, or the list did: begin or end a period
     /// without a usable server.
-    pub(crate) fn note_availability(&self) {
+    fn note_availability(&self) {
         let usable = self.has_usable_server();
         self.downtime.lock().unwrap_or_else(PoisonError::into_inner).note(!usable, Instant::now());
     }

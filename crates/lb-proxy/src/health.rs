@@ -243,8 +243,7 @@ async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut sh
         };
         let up = server.is_up();
         if let Some(now_up) = counter.record(up, result.status.passed(), observed) {
-            server.set_up(now_up, Instant::now());
-            backend.note_availability();
+            backend.set_up(&server, now_up, Instant::now());
             log_transition(&backend, &server, now_up, &result);
         }
         server.record_check(result);

@@ -180,7 +180,7 @@ impl ServerState {
 
     /// Change the admin state. Back to Ready from Drain or Maint starts the slowstart ramp;
     /// the health-check task is woken (it stops checking in Maint and checks at once after).
-    pub(crate) fn set_admin_state(&self, s: AdminState) {
+    pub(super) fn set_admin_state(&self, s: AdminState) {
         let old = decode(self.admin.swap(encode(s), Ordering::AcqRel));
         if old != s {
             *lock(&self.last_change) = Instant::now();
@@ -198,7 +198,7 @@ impl ServerState {
     }
 
     /// Set the weight (at most 256).
-    pub(crate) fn set_weight(&self, w: u32) {
+    pub(super) fn set_weight(&self, w: u32) {
         self.weight.store(w.min(MAX_WEIGHT), Ordering::Release);
     }
 
@@ -272,7 +272,7 @@ impl ServerState {
     // ---- for the health-check task -----------------------------------------------------------
 
     /// Set health after a check decided it. Coming up starts the slowstart ramp at `now`.
-    pub(crate) fn set_up(&self, up: bool, now: Instant) {
+    pub(super) fn set_up(&self, up: bool, now: Instant) {
         let was = self.up.swap(up, Ordering::AcqRel);
         if up != was {
             *lock(&self.last_change) = now;

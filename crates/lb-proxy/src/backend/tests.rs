@@ -417,22 +417,23 @@ fn downtime_adds_up_down_and_maint_periods() {
 fn backend_downtime_is_time_without_a_usable_server() {
     let be = backend(Balance::RoundRobin, &[1, 1]);
     let (s0, s1) = (be.servers()[0].clone(), be.servers()[1].clone());
-    let t0 = Instant::now();
-    s0.set_up(false, t0);
-    be.note_availability();
+    be.set_up(&s0, false, Instant::now());
     assert_eq!(be.downtime(), Duration::ZERO, "one server left: still up");
-    s1.set_admin_state(AdminState::Maint);
-    be.note_availability();
+    be.set_admin_state(&s1, AdminState::Maint);
     std::thread::sleep(Duration::from_millis(20));
     assert!(be.downtime() >= Duration::from_millis(20), "{:?}", be.downtime());
-    s1.set_admin_state(AdminState::Ready);
-    be.note_availability();
+    be.set_admin_state(&s1, AdminState::Ready);
     let total = be.downtime();
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(be.downtime(), total, "up again: the period ended");
+    // Weight 0 takes no traffic either.
+    be.set_weight(&s1, 0);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(be.downtime() >= total + Duration::from_millis(20));
+    be.set_weight(&s1, 1);
+    let total = be.downtime();
     // An empty backend (all servers deleted) is down.
-    s1.set_admin_state(AdminState::Drain);
-    be.note_availability();
+    be.set_admin_state(&s1, AdminState::Drain);
     assert!(be.remove_server(s1.name()).is_ok());
     std::thread::sleep(Duration::from_millis(20));
     assert!(be.downtime() >= total + Duration::from_millis(20));

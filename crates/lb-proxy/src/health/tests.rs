@@ -315,7 +315,7 @@ async fn maintenance_suspends_checks_and_draining_stops_them() {
     let addr = closed_port().await;
     let backend = checked_backend(addr, CheckKind::Tcp, 100, 1, 1);
     let server = Arc::clone(&backend.servers()[0]);
-    server.set_admin_state(AdminState::Maint);
+    backend.set_admin_state(&server, AdminState::Maint);
     let (handle, shutdown) = shutdown::shutdown_channel();
     start_checks(&backend, shutdown);
 
@@ -323,7 +323,7 @@ async fn maintenance_suspends_checks_and_draining_stops_them() {
     assert!(server.is_up(), "not checked in maintenance");
     assert_eq!(server.last_check().status, CheckStatus::Init);
 
-    server.set_admin_state(AdminState::Ready);
+    backend.set_admin_state(&server, AdminState::Ready);
     let took = wait_health(&server, false, Duration::from_secs(1)).await.expect("checked again");
     assert!(took < Duration::from_millis(500), "checked after {took:?}");
 

@@ -36,8 +36,7 @@ pub(super) fn command(rt: &ProxyRuntime, words: &[&str]) -> RuntimeResult {
                 Err(message) => return RuntimeResult::refused(message),
             };
             with_server(rt, target, |b, s| {
-                s.set_weight(weight);
-                b.note_availability();
+                b.set_weight(s, weight);
                 RuntimeResult::ok("")
             })
         }
@@ -95,8 +94,7 @@ fn with_server(
 }
 
 fn set_state(backend: &BackendState, server: &ServerState, state: AdminState) -> RuntimeResult {
-    server.set_admin_state(state);
-    backend.note_availability();
+    backend.set_admin_state(server, state);
     RuntimeResult::ok("")
 }
 

@@ -62,6 +62,19 @@ fn row<'a>(rows: &'a [StatRow], px: &str, sv: &str) -> &'a StatRow {
     rows.iter().find(|r| r["pxname"] == px && r["svname"] == sv).unwrap_or_else(|| panic!("no row {px}/{sv}"))
 }
 
+/// A numeric column of one row; panics naming the row when it is empty or not a number.
+fn number(rows: &[StatRow], px: &str, sv: &str, column: &str) -> u64 {
+    let r = row(rows, px, sv);
+    r[column].parse().unwrap_or_else(|_| panic!("{px}/{sv} {column}: {r:?}"))
+}
+
+/// The same column in a `show stat` asked now.
+fn stat_now(proxy: &ProxyProcess, px: &str, sv: &str, column: &str) -> u64 {
+    let text = proxy.runtime("show stat");
+    let (_, rows) = parse_stat_csv(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    number(&rows, px, sv, column)
+}
+
 fn metrics(proxy: &ProxyProcess) -> Metrics {
     let (status, content_type, body) = http_get(stats_addr(proxy), "/metrics");
     assert_eq!(status, 200, "{body}");
@@ -140,9 +153,6 @@ async fn show_stat_is_haproxys_csv() {
     assert_eq!((a1["cookie"].as_str(), a1["agent_status"].as_str(), fe["comp_in"].as_str()), ("", "", ""));
 
     // Bytes in and out: what the frontend counts, its backend and servers count too.
-    let number = |rows: &[StatRow], px: &str, sv: &str, column: &str| -> u64 {
-        row(rows, px, sv)[column].parse().unwrap_or_else(|_| panic!("{px}/{sv} {column}: {:?}", row(rows, px, sv)))
-    };
     for column in ["bin", "bout"] {
         let fe = number(&rows, "web", "FRONTEND", column);
         assert!(fe > 0, "{column}");
@@ -154,18 +164,12 @@ async fn show_stat_is_haproxys_csv() {
     let (status, _, _) = http_get(proxy.addr(), "/exactly");
     assert_eq!(status, 200);
     let sent = "GET /exactly HTTP/1.1\r\nHost: stats\r\nConnection: close\r\n\r\n".len() as u64;
-    let bin_now = || {
-        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
-        number(&rows, "web", "FRONTEND", "bin")
-    };
+    let bin_now = || stat_now(&proxy, "web", "FRONTEND", "bin");
     assert!(wait_until(Duration::from_secs(5), || bin_now() == bin_before + sent).await, "bin {}", bin_now());
 
     // downtime: seconds DOWN (or in MAINT) so far; a3 has been down since the start.
     assert_eq!(a1["downtime"], "0");
-    let a3_downtime = || {
-        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
-        number(&rows, "api", "a3", "downtime")
-    };
+    let a3_downtime = || stat_now(&proxy, "api", "a3", "downtime");
     assert!(wait_until(Duration::from_secs(5), || a3_downtime() >= 1).await, "a3 downtime {}", a3_downtime());
 
     // HAProxy's selection: proxy (id or name), type mask, server id.
@@ -184,10 +188,7 @@ async fn show_stat_is_haproxys_csv() {
     assert_eq!(row(&rows, "api", "a2")["status"], "DRAIN");
     assert_eq!(row(&rows, "api", "BACKEND")["status"], "DOWN");
     // The backend's downtime: time without a usable server, from now on.
-    let backend_downtime = || {
-        let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
-        number(&rows, "api", "BACKEND", "downtime")
-    };
+    let backend_downtime = || stat_now(&proxy, "api", "BACKEND", "downtime");
     assert!(
         wait_until(Duration::from_secs(5), || backend_downtime() >= 1).await,
         "backend downtime {}",

@@ -375,13 +375,18 @@ mod tests {
         String::from_utf8_lossy(&text).into_owned()
     }
 
+    /// Everything the server writes until it closes.
+    async fn rest(stream: &mut tokio::io::DuplexStream) -> String {
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.expect("read");
+        text
+    }
+
     #[tokio::test]
     async fn one_line_then_close() {
         let mut s = connect();
         s.write_all(b"show info; show stat\n").await.expect("send");
-        let mut all = String::new();
-        s.read_to_string(&mut all).await.expect("read");
-        assert_eq!(all, "did show info\n\ndid show stat\n\n");
+        assert_eq!(rest(&mut s).await, "did show info\n\ndid show stat\n\n");
     }
 
     #[tokio::test]
@@ -394,9 +399,7 @@ mod tests {
         s.write_all(b"show stat; show sess\n").await.expect("send");
         assert_eq!(read_through(&mut s, "> ").await, "did show stat\n\ndid show sess\n\n> ");
         s.write_all(b"show info; quit; show stat\n").await.expect("send");
-        let mut rest = String::new();
-        s.read_to_string(&mut rest).await.expect("read");
-        assert_eq!(rest, "did show info\n\n", "quit closes; what follows it is not run");
+        assert_eq!(rest(&mut s).await, "did show info\n\n", "quit closes; what follows it is not run");
     }
 
     #[tokio::test]
@@ -405,8 +408,6 @@ mod tests {
         s.write_all(b"prompt; show info\n").await.expect("send");
         assert_eq!(read_through(&mut s, "> ").await, "did show info\n\n> ");
         s.write_all(b"show stat; prompt\n").await.expect("send");
-        let mut rest = String::new();
-        s.read_to_string(&mut rest).await.expect("read");
-        assert_eq!(rest, "did show stat\n\n");
+        assert_eq!(rest(&mut s).await, "did show stat\n\n");
     }
 }

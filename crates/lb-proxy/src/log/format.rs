@@ -56,25 +56,6 @@ pub(super) enum Record<'r, 'a> {
     Tcp(&'r TcpLog<'a>),
 }
 
-/// Renders one record, framed for its destination.
-#[cfg(test)]
-pub(super) fn render<Tz>(
-    rec: Record<'_, '_>,
-    format: LogFormat,
-    framing: Framing,
-    ident: &Ident,
-    now: SystemTime,
-    tz: &Tz,
-) -> String
-where
-    Tz: TimeZone,
-    Tz::Offset: Display,
-{
-    let mut out = String::new();
-    render_into(&mut out, rec, format, framing, ident, now, tz);
-    out
-}
-
 /// Renders one record, framed for its destination, into `out` in place of what it held (its
 /// room is kept: one buffer serves every line of a thread).
 pub(super) fn render_into<Tz>(

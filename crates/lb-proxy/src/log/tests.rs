@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use chrono::FixedOffset;
 use lb_config::{Facility, Log, LogFormat, LogTarget};
 
-use super::format::{render, Framing, Ident, Record};
+use super::format::{render_into, Framing, Ident, Record};
 use super::sink::{Sink, UnixSyslog};
 use super::{HttpLog, Inner, Logger, TcpLog};
 use crate::facts::{ConnFacts, TlsFacts};
@@ -90,8 +90,15 @@ pub(super) fn utc() -> FixedOffset {
     FixedOffset::east_opt(0).expect("offset")
 }
 
+/// `rec` rendered at `now` as the tests' host and program.
+fn rendered(rec: Record<'_, '_>, format: LogFormat, framing: Framing, now: SystemTime, tz: &FixedOffset) -> String {
+    let mut out = String::new();
+    render_into(&mut out, rec, format, framing, &ident(), now, tz);
+    out
+}
+
 pub(super) fn line(rec: Record<'_, '_>, format: LogFormat, framing: Framing, tz: &FixedOffset) -> String {
-    render(rec, format, framing, &ident(), at(1_234_567_890, 764), tz)
+    rendered(rec, format, framing, at(1_234_567_890, 764), tz)
 }
 
 #[test]
@@ -191,14 +198,8 @@ fn syslog_framing() {
     let f = facts(Some("10.0.1.2:33317"));
     let rec = http(&f, "GET / HTTP/1.1");
     // RFC 3164 pads the day with a space.
-    let l = render(
-        Record::Http(&rec),
-        LogFormat::Haproxy,
-        Framing::Syslog { pri: 134, with_host: true },
-        &ident(),
-        at(1_233_446_400, 0), // 2009-02-01
-        &utc(),
-    );
+    let syslog = Framing::Syslog { pri: 134, with_host: true };
+    let l = rendered(Record::Http(&rec), LogFormat::Haproxy, syslog, at(1_233_446_400, 0), &utc()); // 2009-02-01
     assert!(l.starts_with("<134>Feb  1 00:00:00 lb1 haproxy[4242]: 10.0.1.2:33317 ["), "{l}");
     assert!(!l.ends_with('\n'));
     let long = "x".repeat(20_000);

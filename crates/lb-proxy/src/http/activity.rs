@@ -228,11 +228,11 @@ impl Activity {
     pub(crate) fn log_when_sent(&self, log: PendingLog) {
         let mut s = self.lock();
         if s.io_closed {
-            let bytes = Self::logged(&mut s);
+            let bytes = Self::transfer_for_log(&mut s);
             drop(s);
             log.log(bytes);
         } else if let Some(previous) = s.pending_log.replace(log) {
-            let bytes = Self::logged(&mut s);
+            let bytes = Self::transfer_for_log(&mut s);
             drop(s);
             previous.log(bytes);
         }
@@ -241,7 +241,7 @@ impl Activity {
     /// The bytes of the request a line is about to be written for: those sent since its
     /// response began, and those received since the last line (its head and body; a client
     /// sends the next request only after this response, or pipelines it, which is rare).
-    fn logged(s: &mut State) -> Transfer {
+    fn transfer_for_log(s: &mut State) -> Transfer {
         let from_client = s.read - s.read_logged;
         s.read_logged = s.read;
         Transfer { from_client, to_client: s.written - s.response_base }
@@ -250,7 +250,7 @@ impl Activity {
     /// The bytes received since the last log line, now accounted for: those of a request that
     /// could not be parsed.
     pub(crate) fn take_received(&self) -> u64 {
-        Self::logged(&mut self.lock()).from_client
+        Self::transfer_for_log(&mut self.lock()).from_client
     }
 
     /// Run the pending log line, if any and if its byte count is final: everything written
@@ -262,7 +262,7 @@ impl Activity {
             return;
         }
         let Some(log) = s.pending_log.take() else { return };
-        let bytes = Self::logged(&mut s);
+        let bytes = Self::transfer_for_log(&mut s);
         drop(s);
         log.log(bytes);
     }

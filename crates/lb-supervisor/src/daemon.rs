@@ -31,6 +31,12 @@ pub trait Daemon: 'static {
     const VERSION: &'static str;
     type Config: Send + Sync + 'static;
 
+    /// The version as `-V` prints it and a worker reports it to `show proc`: [`VERSION`](Self::VERSION)
+    /// and, by default, nothing else; a daemon adds what it is built with (lb-tls: its TLS library).
+    fn version() -> String {
+        Self::VERSION.to_owned()
+    }
+
     /// Read and validate a configuration file. The error is shown to the operator as is, so it
     /// names the file, line and field.
     fn load(path: &Path) -> Result<Self::Config, String>;
@@ -154,7 +160,7 @@ pub fn main<D: Daemon>() -> ExitCode {
             ExitCode::SUCCESS
         }
         Mode::Version => {
-            println!("{} {}", D::NAME, D::VERSION);
+            println!("{} {}", D::NAME, D::version());
             ExitCode::SUCCESS
         }
         Mode::Check { config } => match D::load(&config) {

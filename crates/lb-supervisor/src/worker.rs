@@ -103,7 +103,7 @@ async fn serve<D: Daemon>(
     let ready = ToMaster::Ready {
         pid: std::process::id(),
         generation,
-        version: D::VERSION.to_owned(),
+        version: D::version(),
         listening: plan.listen.clone(),
         settings: plan.settings.clone(),
     };

@@ -19,6 +19,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_openssl::SslStream;
 
 use crate::config::{BackendAddr, WriteProxy};
+use crate::library::reason_words;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
 
@@ -141,8 +142,11 @@ async fn connect_within<S>(timeout: Duration, connect: impl Future<Output = std:
 fn handshake_reason(e: &openssl::ssl::Error, sni: Option<&str>) -> String {
     let what = match (e.ssl_error(), e.io_error()) {
         (Some(stack), _) => {
-            let reasons: Vec<String> =
-                stack.errors().iter().map(|err| err.reason().map_or_else(|| err.to_string(), str::to_owned)).collect();
+            let reasons: Vec<String> = stack
+                .errors()
+                .iter()
+                .map(|err| err.reason().map_or_else(|| err.to_string(), |r| reason_words(r).into_owned()))
+                .collect();
             reasons.join("; ")
         }
         (None, Some(io)) => format!("connection error: {io}"),

@@ -16,6 +16,7 @@ use openssl::x509::X509Name;
 use crate::certs::{self, LoadedCert};
 use crate::config::validate::TlsFields;
 use crate::config::{ClientCert, Protocol, TlsSettings};
+use crate::library;
 use crate::sni::SniIndex;
 
 /// How one frontend terminates TLS.
@@ -141,11 +142,7 @@ fn context_for(
     })();
     installed.map_err(|e| (field.clone(), format!("{file}: {e}")))?;
     if let Some(response) = cert.ocsp.clone() {
-        builder
-            .set_status_callback(move |ssl| {
-                ssl.set_ocsp_status(&response)?;
-                Ok(true)
-            })
+        library::set_ocsp_response(&mut builder, response)
             .map_err(|e| (field.clone(), format!("{file}: OCSP stapling: {e}")))?;
     }
     Ok(builder)
@@ -176,7 +173,7 @@ fn configure(
     b.set_min_proto_version(Some(version(min))).map_err(at(&frontend_field))?;
     b.set_max_proto_version(Some(version(max))).map_err(at(&frontend_field))?;
     // A hole in the list (TLSv1.0 and TLSv1.2 without TLSv1.1) is switched off explicitly.
-    let mut options = SslOptions::NO_RENEGOTIATION | SslOptions::NO_COMPRESSION;
+    let mut options = library::base_options();
     for (p, off) in [(Protocol::Tls11, SslOptions::NO_TLSV1_1), (Protocol::Tls12, SslOptions::NO_TLSV1_2)] {
         if p > min && p < max && !tls.protocols.contains(&p) {
             options |= off;
@@ -190,13 +187,13 @@ fn configure(
         // and sweep on every full handshake. One TLS 1.3 ticket per handshake, not OpenSSL's
         // two: each costs a serialisation and an encryption, and clients resume with one.
         b.set_session_cache_mode(SslSessionCacheMode::OFF);
-        b.set_num_tickets(1).map_err(at(&frontend_field))?;
+        library::set_num_tickets(b, 1).map_err(at(&frontend_field))?;
     } else {
         options |= SslOptions::NO_TICKET;
     }
     b.set_options(options);
     b.set_cipher_list(&tls.ciphers).map_err(at(&fields.ciphers))?;
-    b.set_ciphersuites(&tls.ciphersuites).map_err(at(&fields.ciphersuites))?;
+    library::set_ciphersuites(b, &tls.ciphersuites).map_err(at(&fields.ciphersuites))?;
     if let Some(curves) = &tls.ecdh_curves {
         b.set_groups_list(curves).map_err(at(&fields.ecdh_curves))?;
     }

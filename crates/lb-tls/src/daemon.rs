@@ -16,6 +16,11 @@ impl Daemon for TlsDaemon {
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     type Config = Config;
 
+    /// `0.1.0 (OpenSSL 1.1.1 (compatible; AWS-LC 1.55.0))`: which library terminates TLS.
+    fn version() -> String {
+        format!("{} ({})", Self::VERSION, crate::tls_library())
+    }
+
     fn load(path: &Path) -> Result<Config, String> {
         let config = Config::load(path).map_err(|e| e.to_string())?;
         for warning in &config.warnings {

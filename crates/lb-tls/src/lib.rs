@@ -24,7 +24,10 @@
 //! - `proxy_header`: PROXY v1/v2 written (with TLVs) and read (`proxy_proxy`).
 //! - `ratelog`: failure lines at a bounded rate.
 //! - `daemon`: [`TlsDaemon`], what lb-supervisor runs.
-#![forbid(unsafe_code)]
+//! - `library`: the TLS library beneath the openssl crate (one Cargo feature picks it), the
+//!   one place that knows which.
+//! - `ffi`: the calls the openssl crate does not wrap; the only module with `unsafe`.
+#![deny(unsafe_code)]
 
 mod certs;
 mod config;
@@ -32,6 +35,8 @@ mod conn;
 mod context;
 mod daemon;
 mod error;
+mod ffi;
+mod library;
 mod proxy_header;
 mod ratelog;
 mod serve;
@@ -43,4 +48,5 @@ pub use config::{
 pub use daemon::TlsDaemon;
 pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
+pub use library::tls_library;
 pub use serve::{run, start, Server};

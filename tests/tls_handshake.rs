@@ -1,7 +1,8 @@
 //! lb-tls handshakes with real clients (`openssl s_client`, `curl`): the certificate chosen by
 //! SNI (exact name, then wildcard, then the default) and `sni_nomatch_abort`; TLS 1.0 and 1.1
 //! refused by default, with the reason in the log; ALPN; the OCSP staple; client certificates
-//! none/optional/required; a client that sends nothing is closed after `handshake_timeout`.
+//! none/optional/required; a client that sends nothing is closed after `handshake_timeout`;
+//! TLS 1.2 clients without tickets resume from the session cache (and do not when it is off).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -205,4 +206,34 @@ async fn a_client_that_sends_nothing_is_closed_after_the_handshake_timeout() {
     let line = tls.wait_for_stderr(|l| l.contains("no handshake within")).await;
     assert!(line.contains("handshake failed: client 127.0.0.1:"), "{line}");
     assert_eq!(echo.connections(), 0, "nothing reached the backend");
+}
+
+/// A TLS 1.2 client that takes no ticket (`-no_ticket`) resumes by session ID from the worker's
+/// session cache; with `session_cache_size: 0` the server gives it no session ID, so it has
+/// nothing to resume with and every handshake is a full one.
+#[test]
+fn tls12_clients_without_tickets_resume_from_the_session_cache() {
+    let certs = TestCerts::new();
+    let echo = TestServer::start("s1");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let session = dir.path().join("session");
+    let session = session.to_str().expect("a UTF-8 path");
+
+    let tls = start(&certs, echo.addr(), "");
+    let first = hello(&tls, &["-tls1_2", "-no_ticket", "-sess_out", session]);
+    assert_eq!(first.session(), Some("New"), "{}", first.text());
+    assert!(answered(&first), "{}", first.text());
+    for _ in 0..3 {
+        let again = hello(&tls, &["-tls1_2", "-no_ticket", "-sess_in", session]);
+        assert_eq!(again.session(), Some("Reused"), "{}", again.text());
+        assert!(answered(&again), "{}", again.text());
+    }
+    drop(tls);
+
+    let tls = start(&certs, echo.addr(), "  session_cache_size: 0");
+    let first = hello(&tls, &["-tls1_2", "-no_ticket"]);
+    assert_eq!(first.session(), Some("New"), "{}", first.text());
+    assert!(answered(&first), "{}", first.text());
+    let id = first.stdout.lines().find_map(|l| l.trim().strip_prefix("Session-ID:")).map(str::trim);
+    assert_eq!(id, Some(""), "no cache, no session ID to resume with: {}", first.text());
 }

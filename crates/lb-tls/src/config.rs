@@ -139,6 +139,9 @@ pub struct TlsSettings {
     pub client_cert: ClientCert,
     pub client_ca: Option<PathBuf>,
     pub session_tickets: bool,
+    /// Sessions kept for TLS 1.2 clients that resume by session ID instead of a ticket (per
+    /// worker; 0: no cache).
+    pub session_cache_size: usize,
 }
 
 /// One listening address and how it terminates TLS.

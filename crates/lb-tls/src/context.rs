@@ -183,13 +183,20 @@ fn configure(
         options |= SslOptions::CIPHER_SERVER_PREFERENCE;
     }
     if tls.session_tickets {
-        // Tickets carry the session state to the client: no server-side cache to insert into
-        // and sweep on every full handshake. One TLS 1.3 ticket per handshake, not OpenSSL's
-        // two: each costs a serialisation and an encryption, and clients resume with one.
-        b.set_session_cache_mode(SslSessionCacheMode::OFF);
+        // One TLS 1.3 ticket per handshake, not OpenSSL's two: each costs a serialisation and
+        // an encryption, and clients resume with one.
         library::set_num_tickets(b, 1).map_err(at(&frontend_field))?;
     } else {
         options |= SslOptions::NO_TICKET;
+    }
+    // The cache serves TLS 1.2 clients that resume by session ID (no ticket). A client that
+    // takes a ticket gets an empty session ID, so its handshakes insert nothing here. Lookups
+    // go to the initial context's cache whichever certificate SNI picks.
+    if tls.session_cache_size > 0 {
+        b.set_session_cache_mode(SslSessionCacheMode::SERVER);
+        b.set_session_cache_size(i32::try_from(tls.session_cache_size).unwrap_or(i32::MAX));
+    } else {
+        b.set_session_cache_mode(SslSessionCacheMode::OFF);
     }
     b.set_options(options);
     b.set_cipher_list(&tls.ciphers).map_err(at(&fields.ciphers))?;

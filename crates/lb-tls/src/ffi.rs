@@ -6,7 +6,9 @@
 #[cfg(feature = "aws-lc")]
 use std::ffi::CString;
 
+#[cfg(feature = "aws-lc")]
 use openssl::error::ErrorStack;
+#[cfg(feature = "aws-lc")]
 use openssl::ssl::SslContextBuilder;
 
 /// 1 is success for every `SSL_CTX_set_*` here; otherwise the library's error queue says why.

@@ -47,6 +47,7 @@ pub(crate) struct RawTls {
     pub(crate) client_cert: Option<String>,
     pub(crate) client_ca: Option<String>,
     pub(crate) session_tickets: Option<bool>,
+    pub(crate) session_cache_size: Option<i64>,
 }
 
 /// `- /path/cert.pem` or `- { pem: /path/cert.pem, ocsp: /path/cert.ocsp }`.

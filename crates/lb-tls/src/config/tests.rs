@@ -54,3 +54,16 @@ fn the_example_configuration_is_valid_but_for_its_certificate_files() {
         assert!(line.contains("cannot read /etc/lb/"), "only the certificate files are missing: {line}");
     }
 }
+
+#[test]
+fn a_session_cache_size_out_of_range_is_located() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ], session_cache_size: -1 }\n\
+         backend: { address: \"127.0.0.1:1\" }\nfrontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(
+        e.iter()
+            .any(|l| l.starts_with("t.yaml:2:53: tls.session_cache_size: must be between 0 (no cache) and 10000000")),
+        "{e:?}"
+    );
+}

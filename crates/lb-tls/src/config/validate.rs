@@ -27,6 +27,9 @@ const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKEND_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const LOG_RATE: u32 = 10;
+/// HAProxy's `tune.ssl.cachesize` default (hitch's `session-cache` is off unless set).
+const DEFAULT_SESSION_CACHE_SIZE: usize = 20_000;
+const MAX_SESSION_CACHE_SIZE: usize = 10_000_000;
 
 pub(super) struct Ctx<'a> {
     pub(super) file: &'a str,
@@ -383,6 +386,17 @@ fn tls_settings(
         );
         ok = false;
     }
+    let session_cache_size = match pick!(session_cache_size) {
+        None => DEFAULT_SESSION_CACHE_SIZE,
+        Some((&n, path)) => match usize::try_from(n) {
+            Ok(n) if n <= MAX_SESSION_CACHE_SIZE => n,
+            _ => {
+                ctx.error(&path, format!("must be between 0 (no cache) and {MAX_SESSION_CACHE_SIZE}"));
+                ok = false;
+                0
+            }
+        },
+    };
     let settings = TlsSettings {
         certificates,
         cert_dirs,
@@ -396,6 +410,7 @@ fn tls_settings(
         client_cert,
         client_ca,
         session_tickets: pick!(session_tickets).is_none_or(|(v, _)| *v),
+        session_cache_size,
     };
     ok.then_some((settings, fields))
 }

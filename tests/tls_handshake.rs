@@ -118,6 +118,24 @@ fn old_protocols_are_refused_by_default_and_logged() {
     assert!(line.contains("unsupported protocol") && line.contains("127.0.0.1:"), "reason and client logged: {line}");
 }
 
+/// Old protocols, when an operator asks for them, are served with the configuration the docs
+/// give (the `@SECLEVEL=0` that Debian's OpenSSL needs is accepted by every build).
+#[test]
+fn old_protocols_are_served_when_configured() {
+    let certs = TestCerts::new();
+    let echo = TestServer::start("s1");
+    let tls = start(
+        &certs,
+        echo.addr(),
+        "  protocols: [TLSv1.0, TLSv1.1, TLSv1.2, TLSv1.3]\n  ciphers: \"ECDHE-ECDSA-AES128-SHA:ECDHE-RSA-AES128-SHA:ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:@SECLEVEL=0\"",
+    );
+    for (flag, name) in [("-tls1", "TLSv1"), ("-tls1_1", "TLSv1.1"), ("-tls1_2", "TLSv1.2")] {
+        let out = hello(&tls, &[flag, "-cipher", "DEFAULT:@SECLEVEL=0"]);
+        assert_eq!(out.protocol(), Some(name), "{}", out.text());
+        assert!(answered(&out), "{name}: forwarded: {}", out.text());
+    }
+}
+
 #[test]
 fn alpn_is_negotiated_from_the_configured_list() {
     let certs = TestCerts::new();

@@ -199,7 +199,7 @@ fn configure(
         b.set_session_cache_mode(SslSessionCacheMode::OFF);
     }
     b.set_options(options);
-    b.set_cipher_list(&tls.ciphers).map_err(at(&fields.ciphers))?;
+    library::set_cipher_list(b, &tls.ciphers).map_err(at(&fields.ciphers))?;
     library::set_ciphersuites(b, &tls.ciphersuites).map_err(at(&fields.ciphersuites))?;
     if let Some(curves) = &tls.ecdh_curves {
         b.set_groups_list(curves).map_err(at(&fields.ecdh_curves))?;

@@ -28,6 +28,18 @@ pub(crate) fn base_options() -> SslOptions {
     }
 }
 
+/// The TLS 1.2-and-older cipher list, OpenSSL syntax. AWS-LC has no security levels, so an
+/// `@SECLEVEL=N` element (which Debian's OpenSSL needs for TLS 1.0/1.1) is dropped rather than
+/// refused: a configuration written for OpenSSL means the same with AWS-LC.
+pub(crate) fn set_cipher_list(b: &mut SslContextBuilder, list: &str) -> Result<(), ErrorStack> {
+    if cfg!(feature = "aws-lc") {
+        let kept: Vec<&str> = list.split(':').filter(|c| !c.trim().starts_with("@SECLEVEL=")).collect();
+        b.set_cipher_list(&kept.join(":"))
+    } else {
+        b.set_cipher_list(list)
+    }
+}
+
 /// The TLS 1.3 cipher suites (`TLS_AES_128_GCM_SHA256:…`).
 pub(crate) fn set_ciphersuites(b: &mut SslContextBuilder, suites: &str) -> Result<(), ErrorStack> {
     #[cfg(feature = "aws-lc")]

@@ -26,6 +26,8 @@
 //! - `control`: the control socket, both ends.
 //! - `runtime`: runtime commands: the [`Runtime`] handler a daemon provides, routing to the
 //!   current worker, the HAProxy-style runtime socket, [`MasterLink`].
+//! - `secret`: secrets the master makes, renews and hands to its workers ([`SecretSpec`],
+//!   [`Secret`]), e.g. lb-tls's ticket keys.
 //! - `notify`: systemd's `sd_notify`.
 //! - `addr`, `listen`, `accept`: listening addresses and sockets; accepting on them in a worker.
 //! - `privileges`: dropping to the configured user, resource limits.
@@ -45,6 +47,7 @@ mod notify;
 mod privileges;
 mod protocol;
 mod runtime;
+mod secret;
 mod shutdown;
 mod worker;
 
@@ -55,4 +58,5 @@ pub use error::Error;
 pub use listen::{bind_all, bind_one, Listener, Listeners};
 pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};
 pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};
+pub use secret::{Secret, SecretSpec};
 pub use shutdown::{channel as shutdown_channel, finish_when_drained, Phase, Shutdown, ShutdownHandle};

@@ -31,6 +31,7 @@ use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
 use crate::notify::Notifier;
 use crate::protocol::{Request, Response, Role, Settings, ToMaster, ToWorker};
 use crate::runtime::{self, RuntimeEndpoints};
+use crate::secret::SecretRing;
 use crate::{control, fdpass, privileges, ListenAddr, Listener};
 
 /// Sockets per message when handing them to a worker (well under SCM_MAX_FD).
@@ -139,6 +140,8 @@ struct Master {
     reloads: u64,
     started: Instant,
     settings: Settings,
+    /// The secrets the daemon asked for (`Settings::secret`), made and renewed here.
+    secrets: Option<SecretRing>,
     notifier: Notifier,
     events_tx: mpsc::UnboundedSender<(u64, WorkerEvent)>,
     reload: Option<Reload>,
@@ -203,6 +206,13 @@ impl Master {
             tokio::spawn(runtime::serve_tcp(listener, forward));
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let secrets = plan.settings.secret.and_then(|spec| match SecretRing::new(spec, Instant::now()) {
+            Ok(ring) => Some(ring),
+            Err(e) => {
+                tracing::error!("cannot make the workers' secrets (each worker makes its own): {e}");
+                None
+            }
+        });
         let master = Master {
             name,
             version,
@@ -219,6 +229,7 @@ impl Master {
             reloads: 0,
             started: Instant::now(),
             settings: plan.settings,
+            secrets,
             notifier: Notifier::from_env(),
             events_tx,
             reload: None,
@@ -341,6 +352,11 @@ impl Master {
             waiters,
             failed: false,
         });
+        if let (Some(ring), Some(worker)) = (&self.secrets, self.workers.get(&generation)) {
+            if let Err(e) = worker.proc.tx.send(&ToWorker::Secrets { secrets: ring.set() }, &[]).await {
+                tracing::warn!(generation, "handing secrets to the worker: {e}");
+            }
+        }
         self.send_next_batch(generation).await;
     }
 

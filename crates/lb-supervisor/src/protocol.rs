@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::secret::{Secret, SecretSpec};
 use crate::ListenAddr;
 
 /// What a client of the control socket asks the master.
@@ -131,6 +132,11 @@ pub(crate) enum ToWorker {
     AddCounts {
         counts: String,
     },
+    /// The master's secrets ([`SecretSpec`]), the current one first: before the sockets to a
+    /// starting worker, and to every worker whenever the set changes.
+    Secrets {
+        secrets: Vec<Secret>,
+    },
 }
 
 /// Worker → master.
@@ -197,6 +203,10 @@ pub struct Settings {
     pub hard_stop_after_ms: Option<u64>,
     /// A new worker that is not ready within this long is a failed reload.
     pub worker_start_timeout_ms: u64,
+    /// Secrets the master makes and hands to every worker (`None`: none). Absent from an
+    /// older worker's READY, which then asked for none.
+    #[serde(default)]
+    pub secret: Option<SecretSpec>,
 }
 
 impl Settings {
@@ -211,12 +221,13 @@ impl Settings {
             max_old_workers,
             hard_stop_after_ms: hard_stop_after.map(millis),
             worker_start_timeout_ms: millis(worker_start_timeout),
+            secret: None,
         }
     }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_old_workers: 10, hard_stop_after_ms: None, worker_start_timeout_ms: 10_000 }
+        Settings { max_old_workers: 10, hard_stop_after_ms: None, worker_start_timeout_ms: 10_000, secret: None }
     }
 }

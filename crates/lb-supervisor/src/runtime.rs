@@ -36,6 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::channel::ChannelSender;
 use crate::protocol::{ProcTable, Request, Response, RuntimeResult, ToMaster};
+use crate::secret::Secret;
 
 /// A command line longer than this is refused: no command comes close.
 const MAX_LINE: usize = 64 * 1024;
@@ -271,6 +272,8 @@ pub struct MasterLink {
 
 struct LinkInner {
     tx: ChannelSender,
+    /// The master's secrets as last received (empty: none asked for, or none came).
+    secrets: tokio::sync::watch::Receiver<Arc<[Secret]>>,
     next_id: AtomicU64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<ProcTable>>>,
 }
@@ -292,10 +295,22 @@ impl MasterLink {
         self.inner.is_some()
     }
 
-    pub(crate) fn new(tx: ChannelSender) -> Self {
+    pub(crate) fn new(tx: ChannelSender, secrets: tokio::sync::watch::Receiver<Arc<[Secret]>>) -> Self {
         MasterLink {
-            inner: Some(Arc::new(LinkInner { tx, next_id: AtomicU64::new(1), waiting: Mutex::new(HashMap::new()) })),
+            inner: Some(Arc::new(LinkInner {
+                tx,
+                secrets,
+                next_id: AtomicU64::new(1),
+                waiting: Mutex::new(HashMap::new()),
+            })),
         }
+    }
+
+    /// The secrets the master makes for this daemon (see [`SecretSpec`](crate::SecretSpec)),
+    /// the current one first, as they are now and as each change arrives; `None` without a
+    /// master. They are there before the daemon starts whenever the master has any.
+    pub fn secrets(&self) -> Option<tokio::sync::watch::Receiver<Arc<[Secret]>>> {
+        self.inner.as_ref().map(|inner| inner.secrets.clone())
     }
 
     /// The master's `show proc` (every worker, with its connections), or `None` without a

@@ -18,6 +18,7 @@ use crate::channel::{Channel, ChannelReceiver, ChannelSender};
 use crate::daemon::{say, Daemon, EXIT_USAGE};
 use crate::protocol::{ToMaster, ToWorker};
 use crate::runtime::{self, MasterLink};
+use crate::secret::Secret;
 use crate::{fdpass, privileges, shutdown, ListenAddr, Listener, Listeners};
 
 /// The environment variable naming the worker's end of its channel to the master.
@@ -79,7 +80,8 @@ async fn serve<D: Daemon>(
     tx: ChannelSender,
     mut rx: ChannelReceiver,
 ) -> Result<(), String> {
-    let (generation, mut held) = receive_sockets(&tx, &mut rx).await?;
+    let (secrets_tx, secrets_rx) = tokio::sync::watch::channel(Arc::<[Secret]>::from(Vec::new()));
+    let (generation, mut held) = receive_sockets(&tx, &mut rx, &secrets_tx).await?;
     let config = config?;
     let plan = D::plan(&config);
     let mut listeners = Listeners::new();
@@ -98,7 +100,7 @@ async fn serve<D: Daemon>(
     privileges::drop_privileges(plan.user.as_deref(), plan.group.as_deref()).map_err(|e| e.to_string())?;
 
     let (handle, shutdown) = shutdown::channel();
-    let link = MasterLink::new(tx.clone());
+    let link = MasterLink::new(tx.clone(), secrets_rx);
     let (serving, runtime) = D::start_supervised(Arc::new(config), listeners, shutdown, link.clone()).await?;
     let ready = ToMaster::Ready {
         pid: std::process::id(),
@@ -173,6 +175,9 @@ async fn serve<D: Daemon>(
                         runtime.add_late_counts(&counts);
                     }
                 }
+                Ok(Some((ToWorker::Secrets { secrets }, _))) => {
+                    secrets_tx.send_replace(secrets.into());
+                }
                 Ok(Some((other, _))) => tracing::warn!("unexpected message from the master: {other:?}"),
                 Ok(None) | Err(_) => {
                     // The master is gone: nobody can hand our sockets on, so drain and exit.
@@ -185,14 +190,19 @@ async fn serve<D: Daemon>(
     }
 }
 
-/// The master's sockets, in acknowledged batches.
+/// The master's sockets, in acknowledged batches, and its secrets when it has any (they come
+/// first, so the daemon starts with them).
 async fn receive_sockets(
     tx: &ChannelSender,
     rx: &mut ChannelReceiver,
+    secrets: &tokio::sync::watch::Sender<Arc<[Secret]>>,
 ) -> Result<(u64, BTreeMap<ListenAddr, OwnedFd>), String> {
     let mut held = BTreeMap::new();
     loop {
         match rx.recv::<ToWorker>().await {
+            Ok(Some((ToWorker::Secrets { secrets: set }, _))) => {
+                secrets.send_replace(set.into());
+            }
             Ok(Some((ToWorker::Sockets { generation, addresses, last }, fds))) => {
                 if addresses.len() != fds.len() {
                     return Err(format!("the master named {} sockets but sent {}", addresses.len(), fds.len()));

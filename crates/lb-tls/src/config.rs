@@ -21,6 +21,7 @@ use lb_config::{Diagnostic, Locations};
 use lb_supervisor::ListenAddr;
 
 use crate::context::Acceptor;
+use crate::tickets::TicketStore;
 use crate::Error;
 
 /// A loaded, validated configuration with its TLS contexts built.
@@ -29,6 +30,8 @@ pub struct Config {
     pub global: Global,
     pub backend: Backend,
     pub frontends: Vec<Frontend>,
+    /// The session-ticket keys every context uses (`ticket_key_files`, else the master's).
+    pub(crate) tickets: Arc<TicketStore>,
     /// Problems that do not stop the service (an unreadable PEM in a certificate directory, an
     /// expired certificate), one line each, naming the file.
     pub warnings: Vec<String>,
@@ -54,6 +57,12 @@ pub struct Global {
     pub backend_connect_timeout: Duration,
     /// Handshake-failure and backend-failure lines logged per second at most.
     pub log_rate: u32,
+    /// A new session-ticket key every this long (keys the master makes).
+    pub ticket_key_rotation: Duration,
+    /// How long a ticket (or a cached session) resumes; a replaced key still decrypts this long.
+    pub ticket_lifetime: Duration,
+    /// Ticket keys shared with other instances, the first encrypting (empty: the master's).
+    pub ticket_key_files: Vec<PathBuf>,
 }
 
 /// Where plaintext goes.

@@ -58,7 +58,7 @@ pub(crate) async fn handle(
 
 async fn serve<S>(shared: &Shared, frontend: usize, mut stream: S, peer: Option<SocketAddr>, local: Option<SocketAddr>)
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: AsyncRead + AsyncWrite + AckNow + Unpin + Send,
 {
     let config = &shared.config;
     let fe = &config.frontends[frontend];
@@ -73,7 +73,10 @@ where
         let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| e.to_string())?;
         let mut tls = SslStream::new(ssl, stream).map_err(|e| e.to_string())?;
         match Pin::new(&mut tls).accept().await {
-            Ok(()) => Ok((received, tls)),
+            Ok(()) => {
+                tls.get_ref().ack_now();
+                Ok((received, tls))
+            }
             Err(e) => Err(handshake_reason(&e, tls.ssl().servername(openssl::ssl::NameType::HOST_NAME))),
         }
     };
@@ -126,6 +129,28 @@ where
         )
     });
     close(&mut tls).await;
+}
+
+/// Acknowledge what the client sent without the kernel's delayed-ACK wait. A TLS 1.3 handshake
+/// can end with the client's Finished and nothing for the server to send (AWS-LC sends its
+/// tickets with its own Finished, before the client's): a client that leaves Nagle on then holds
+/// its first request until our ACK, which the kernel delays by up to 40 ms. OpenSSL's server
+/// happens to send its tickets after the client's Finished, which carries the ACK at once.
+pub(crate) trait AckNow {
+    fn ack_now(&self);
+}
+
+impl AckNow for TcpStream {
+    fn ack_now(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            let _ = socket2::SockRef::from(self).set_tcp_quickack(true);
+        }
+    }
+}
+
+impl AckNow for UnixStream {
+    fn ack_now(&self) {}
 }
 
 /// A backend connection within `timeout`, or why there is none, as the failure log says it.

@@ -5,6 +5,7 @@
 //! as they are then); a handshake only takes a new `Ssl` from the initial context.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use openssl::error::ErrorStack;
 use openssl::ssl::{
@@ -16,8 +17,9 @@ use openssl::x509::X509Name;
 use crate::certs::{self, LoadedCert};
 use crate::config::validate::TlsFields;
 use crate::config::{ClientCert, Protocol, TlsSettings};
-use crate::library;
 use crate::sni::SniIndex;
+use crate::tickets::TicketStore;
+use crate::{ffi, library};
 
 /// How one frontend terminates TLS.
 pub(crate) struct Acceptor {
@@ -43,6 +45,9 @@ struct SniTable {
 
 type Problems = Vec<(String, String)>;
 
+/// How sessions resume: the ticket keys, and how long a session is good for.
+pub(crate) type Sessions<'a> = (&'a Arc<TicketStore>, Duration);
+
 impl Acceptor {
     /// Reads the certificates of `tls` and builds the contexts of frontend number `frontend`.
     /// Problems come back located at the setting (`fields`) that caused them.
@@ -50,6 +55,7 @@ impl Acceptor {
         tls: &TlsSettings,
         frontend: usize,
         fields: &TlsFields,
+        sessions: Sessions<'_>,
         warnings: &mut Vec<String>,
     ) -> Result<Acceptor, Problems> {
         let mut problems = Problems::new();
@@ -60,6 +66,7 @@ impl Acceptor {
             tls,
             fields,
             frontend,
+            sessions,
         ) {
             problems.push((field, e));
             return Err(problems);
@@ -87,7 +94,7 @@ impl Acceptor {
         let mut index = SniIndex::default();
         for (i, cert) in loaded.iter().enumerate() {
             index.add(i, &cert.names);
-            match context_for(tls, fields, frontend, cert) {
+            match context_for(tls, fields, frontend, sessions, cert) {
                 Ok(builder) => contexts.push(builder.build()),
                 Err(problem) => problems.push(problem),
             }
@@ -96,7 +103,7 @@ impl Acceptor {
             return Err(problems);
         }
         let table = Arc::new(SniTable { contexts, index, nomatch_abort: tls.sni_nomatch_abort });
-        let mut initial = context_for(tls, fields, frontend, &loaded[0]).map_err(|p| vec![p])?;
+        let mut initial = context_for(tls, fields, frontend, sessions, &loaded[0]).map_err(|p| vec![p])?;
         initial.set_servername_callback(move |ssl, alert| {
             let Some(name) = ssl.servername(NameType::HOST_NAME) else {
                 // No SNI: the default certificate, even with sni_nomatch_abort (as hitch).
@@ -126,12 +133,13 @@ fn context_for(
     tls: &TlsSettings,
     fields: &TlsFields,
     frontend: usize,
+    sessions: Sessions<'_>,
     cert: &LoadedCert,
 ) -> Result<SslContextBuilder, (String, String)> {
     let file = cert.path.display();
     let field = fields.frontend.clone();
     let mut builder = new_builder().map_err(|e| (field.clone(), e.to_string()))?;
-    configure(&mut builder, tls, fields, frontend)?;
+    configure(&mut builder, tls, fields, frontend, sessions)?;
     let installed = (|| {
         builder.set_certificate(&cert.cert)?;
         for extra in &cert.chain {
@@ -154,6 +162,7 @@ fn configure(
     tls: &TlsSettings,
     fields: &TlsFields,
     frontend: usize,
+    (tickets, lifetime): Sessions<'_>,
 ) -> Result<(), (String, String)> {
     let at = |field: &str| {
         let field = field.to_owned();
@@ -186,12 +195,14 @@ fn configure(
         // One TLS 1.3 ticket per handshake, not OpenSSL's two: each costs a serialisation and
         // an encryption, and clients resume with one.
         library::set_num_tickets(b, 1).map_err(at(&frontend_field))?;
+        ffi::set_ticket_keys(b, tickets.clone()).map_err(at(&frontend_field))?;
     } else {
         options |= SslOptions::NO_TICKET;
     }
     // The cache serves TLS 1.2 clients that resume by session ID (no ticket). A client that
     // takes a ticket gets an empty session ID, so its handshakes insert nothing here. Lookups
     // go to the initial context's cache whichever certificate SNI picks.
+    ffi::set_session_timeout(b, lifetime);
     if tls.session_cache_size > 0 {
         b.set_session_cache_mode(SslSessionCacheMode::SERVER);
         b.set_session_cache_size(i32::try_from(tls.session_cache_size).unwrap_or(i32::MAX));

@@ -3,9 +3,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lb_supervisor::{Daemon, Listeners, Plan, Serving, Settings, Shutdown};
+use lb_supervisor::{Daemon, Listeners, MasterLink, Plan, Runtime, SecretSpec, Serving, Settings, Shutdown};
 
 use crate::config::Config;
+use crate::tickets::KEY_BYTES;
 
 /// The lb-tls daemon, for [`lb_supervisor::main`].
 #[derive(Debug)]
@@ -37,8 +38,32 @@ impl Daemon for TlsDaemon {
             user: global.user.clone(),
             group: global.group.clone(),
             worker_threads: global.worker_threads,
-            settings: Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout),
+            settings: Settings {
+                secret: ticket_keys_from_master(config),
+                ..Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout)
+            },
         }
+    }
+
+    /// [`start`](Self::start), with the master's ticket keys in place before the first
+    /// handshake and swapped in at every rotation while the worker serves.
+    async fn start_supervised(
+        config: Arc<Config>,
+        listeners: Listeners,
+        shutdown: Shutdown,
+        master: MasterLink,
+    ) -> Result<(Serving, Option<Arc<dyn Runtime>>), String> {
+        if let Some(mut secrets) = master.secrets() {
+            let store = config.tickets.clone();
+            store.take_secrets(&secrets.borrow_and_update());
+            tokio::spawn(async move {
+                while secrets.changed().await.is_ok() {
+                    let set = secrets.borrow_and_update().clone();
+                    store.take_secrets(&set);
+                }
+            });
+        }
+        Ok((Self::start(config, listeners, shutdown).await?, None))
     }
 
     async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
@@ -46,6 +71,19 @@ impl Daemon for TlsDaemon {
         let connections = server.connections_counter();
         Ok(Serving { connections: Box::new(connections), done: Box::pin(server.wait()) })
     }
+}
+
+/// What the master makes for ticket keys: an 80-byte key every `ticket_key_rotation`, each
+/// kept `ticket_lifetime` after it is replaced (a ticket it made stays good for its whole
+/// lifetime); nothing when tickets are off everywhere or the keys come from files.
+fn ticket_keys_from_master(config: &Config) -> Option<SecretSpec> {
+    let used = config.frontends.iter().any(|f| f.tls.session_tickets);
+    let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    (used && config.tickets.follows_master()).then(|| SecretSpec {
+        len: KEY_BYTES,
+        rotate_every_ms: millis(config.global.ticket_key_rotation),
+        keep_for_ms: millis(config.global.ticket_lifetime),
+    })
 }
 
 /// A warning while loading: through tracing when the process logs (master, worker), else

@@ -1,15 +1,170 @@
 //! The calls into the TLS library that the openssl crate does not wrap: lb-tls's one module
 //! with `unsafe`. Each function takes the openssl crate's safe types and returns its errors, so
 //! callers never see a pointer.
+//!
+//! - Session-ticket keys: [`set_ticket_keys`] puts a [`TicketStore`] on a context and installs
+//!   the callback that encrypts tickets with its first key and decrypts with any of them
+//!   (`SSL_CTX_set_tlsext_ticket_key_cb`, the one form OpenSSL 3 and AWS-LC share; it serves
+//!   TLS 1.2 tickets and TLS 1.3 resumption alike), and [`set_session_timeout`] the lifetime a
+//!   ticket or cached session is good for.
+//! - On AWS-LC, what the openssl crate wraps for OpenSSL only: TLS 1.3 suites, the ticket
+//!   count, the OCSP response.
 #![allow(unsafe_code)]
 
 #[cfg(feature = "aws-lc")]
 use std::ffi::CString;
+use std::os::raw::{c_int, c_uchar};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-#[cfg(feature = "aws-lc")]
 use openssl::error::ErrorStack;
-#[cfg(feature = "aws-lc")]
-use openssl::ssl::SslContextBuilder;
+use openssl::ex_data::Index;
+use openssl::ssl::{SslContext, SslContextBuilder};
+use openssl_sys::{EVP_CIPHER_CTX, HMAC_CTX, SSL};
+
+use crate::tickets::{TicketStore, NAME_BYTES};
+
+/// Where each context keeps its ticket keys (one index for the process).
+static STORE_INDEX: OnceLock<Index<SslContext, Arc<TicketStore>>> = OnceLock::new();
+
+/// The IV a ticket callback fills: AES-CBC's 16 bytes (OpenSSL's EVP_MAX_IV_LENGTH is 16).
+const IV_BYTES: usize = 16;
+
+/// Tickets on this context are made and read with `store`'s keys.
+pub(crate) fn set_ticket_keys(b: &mut SslContextBuilder, store: Arc<TicketStore>) -> Result<(), ErrorStack> {
+    let index = match STORE_INDEX.get() {
+        Some(index) => *index,
+        None => {
+            // Two loads at once may each make one; the first kept serves both.
+            let fresh = SslContext::new_ex_index()?;
+            *STORE_INDEX.get_or_init(|| fresh)
+        }
+    };
+    b.set_ex_data(index, store);
+    #[cfg(feature = "aws-lc")]
+    {
+        // SAFETY: `b` owns a live SSL_CTX; the callback is a plain function that lives as long
+        // as the program and only reads the store kept in the context's ex_data.
+        check(unsafe { openssl_sys::SSL_CTX_set_tlsext_ticket_key_cb(b.as_ptr(), Some(ticket_key)) })
+    }
+    #[cfg(not(feature = "aws-lc"))]
+    {
+        /// OpenSSL's `SSL_CTX_set_tlsext_ticket_key_cb` is this control (a macro in its headers).
+        const SSL_CTRL_SET_TLSEXT_TICKET_KEY_CB: c_int = 72;
+        type TicketCallback = unsafe extern "C" fn(
+            *mut SSL,
+            *mut c_uchar,
+            *mut c_uchar,
+            *mut EVP_CIPHER_CTX,
+            *mut HMAC_CTX,
+            c_int,
+        ) -> c_int;
+        // SAFETY: OpenSSL stores the generic function pointer and calls it back with exactly the
+        // ticket callback's signature, which `ticket_key` has; the transmute only erases it as
+        // the macro's cast does.
+        let callback = unsafe { std::mem::transmute::<TicketCallback, unsafe extern "C" fn()>(ticket_key) };
+        // SAFETY: `b` owns a live SSL_CTX, and the control takes a function pointer.
+        let ret = unsafe {
+            openssl_sys::SSL_CTX_callback_ctrl__fixed_rust(
+                b.as_ptr(),
+                SSL_CTRL_SET_TLSEXT_TICKET_KEY_CB,
+                Some(callback),
+            )
+        };
+        if ret == 1 {
+            Ok(())
+        } else {
+            Err(ErrorStack::get())
+        }
+    }
+}
+
+/// How long a session (a ticket, or an entry of the session cache) may be resumed.
+pub(crate) fn set_session_timeout(b: &mut SslContextBuilder, lifetime: Duration) {
+    #[cfg(feature = "aws-lc")]
+    {
+        let secs = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
+        // SAFETY: `b` owns a live SSL_CTX; the call sets one number.
+        unsafe { openssl_sys::SSL_CTX_set_timeout(b.as_ptr(), secs) };
+    }
+    #[cfg(not(feature = "aws-lc"))]
+    {
+        extern "C" {
+            // A function in libssl 3 that openssl-sys does not declare.
+            fn SSL_CTX_set_timeout(ctx: *mut openssl_sys::SSL_CTX, t: std::os::raw::c_long) -> std::os::raw::c_long;
+        }
+        let secs = std::os::raw::c_long::try_from(lifetime.as_secs()).unwrap_or(std::os::raw::c_long::MAX);
+        // SAFETY: `b` owns a live SSL_CTX; the call sets one number.
+        unsafe { SSL_CTX_set_timeout(b.as_ptr(), secs) };
+    }
+}
+
+/// The ticket callback: `encrypt` 1 fills the key name and IV and sets up the cipher and HMAC
+/// with the first key; 0 looks the name up and answers 1 (the current key), 2 (an older one:
+/// resume and send a new ticket) or 0 (unknown: a full handshake, no failure); -1 on an error.
+unsafe extern "C" fn ticket_key(
+    ssl: *mut SSL,
+    name: *mut c_uchar,
+    iv: *mut c_uchar,
+    cipher: *mut EVP_CIPHER_CTX,
+    hmac: *mut HMAC_CTX,
+    encrypt: c_int,
+) -> c_int {
+    let Some(index) = STORE_INDEX.get() else { return -1 };
+    // SAFETY: the library calls this during a handshake on `ssl`, which is live, as is its
+    // context; the ex_data slot holds the `Arc<TicketStore>` that `set_ticket_keys` boxed
+    // there (the openssl crate frees it with the context, which outlives the handshake).
+    let store = unsafe {
+        let ctx = openssl_sys::SSL_get_SSL_CTX(ssl);
+        openssl_sys::SSL_CTX_get_ex_data(ctx, index.as_raw()).cast::<Arc<TicketStore>>().as_ref()
+    };
+    let Some(store) = store else { return -1 };
+    let keys = store.keys();
+    let (key, answer) = if encrypt == 1 {
+        let Some(key) = keys.first() else { return -1 };
+        // SAFETY: the library gives NAME_BYTES writable bytes at `name` and IV_BYTES at `iv`.
+        let iv_ok = unsafe {
+            std::ptr::copy_nonoverlapping(key.name().as_ptr(), name, NAME_BYTES);
+            openssl_sys::RAND_bytes(iv, IV_BYTES as _) == 1
+        };
+        if !iv_ok {
+            return -1;
+        }
+        (key, 1)
+    } else {
+        // SAFETY: the library gives the ticket's NAME_BYTES-byte key name at `name`.
+        let wanted = unsafe { std::slice::from_raw_parts(name, NAME_BYTES) };
+        match keys.iter().position(|k| k.name()[..] == *wanted) {
+            Some(i) => (&keys[i], if i == 0 { 1 } else { 2 }),
+            None => return 0,
+        }
+    };
+    // SAFETY: `cipher` and `hmac` are the library's live contexts for this ticket; the keys
+    // are as long as their algorithms need (AES-128/256 by length, HMAC-SHA256), `iv` holds
+    // IV_BYTES, and both calls copy what they are given.
+    let ready = unsafe {
+        let aes =
+            if key.aes_key().len() == 32 { openssl_sys::EVP_aes_256_cbc() } else { openssl_sys::EVP_aes_128_cbc() };
+        let cipher_ok = if encrypt == 1 {
+            openssl_sys::EVP_EncryptInit_ex(cipher, aes, std::ptr::null_mut(), key.aes_key().as_ptr(), iv)
+        } else {
+            openssl_sys::EVP_DecryptInit_ex(cipher, aes, std::ptr::null_mut(), key.aes_key().as_ptr(), iv)
+        };
+        let hmac_ok = openssl_sys::HMAC_Init_ex(
+            hmac,
+            key.hmac_key().as_ptr().cast(),
+            key.hmac_key().len() as _,
+            openssl_sys::EVP_sha256(),
+            std::ptr::null_mut(),
+        );
+        cipher_ok == 1 && hmac_ok == 1
+    };
+    if ready {
+        answer
+    } else {
+        -1
+    }
+}
 
 /// 1 is success for every `SSL_CTX_set_*` here; otherwise the library's error queue says why.
 #[cfg(feature = "aws-lc")]

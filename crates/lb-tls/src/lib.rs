@@ -18,6 +18,7 @@
 //!   and the typed values.
 //! - `certs`: PEM files (key, chain), certificate directories, host names, OCSP responses.
 //! - `sni`: exact > wildcard > default certificate selection.
+//! - `tickets`: session-ticket keys (the master's, or `ticket_key_files`), swapped while serving.
 //! - `context`: OpenSSL contexts per certificate and the servername switch.
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
@@ -41,6 +42,7 @@ mod proxy_header;
 mod ratelog;
 mod serve;
 mod sni;
+mod tickets;
 
 pub use config::{
     Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol, TlsSettings, WriteProxy,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{Master, CRASH_WINDOW, KILL_GRACE};
 use crate::protocol::{Response, Role, Settings, ToWorker};
+use crate::secret::{SecretRing, SecretSpec};
 use crate::ListenAddr;
 
 impl Master {
@@ -27,6 +28,8 @@ impl Master {
             worker.version = version;
         }
         let previous = self.current.replace(generation);
+        self.adopt_secrets(settings.secret, now);
+        self.send_secrets().await;
         self.settings = settings;
         if let Some(old) = previous.and_then(|g| self.workers.get_mut(&g)) {
             old.role = Role::Old;
@@ -112,6 +115,27 @@ impl Master {
             self.queued_reload = false;
             let waiters = std::mem::take(&mut self.queued);
             self.start_reload(waiters).await;
+        }
+    }
+
+    /// The new worker's configuration may ask for other secrets (another schedule, none, or
+    /// some where there were none): the ring follows, and every serving worker, the new one
+    /// included, gets the set as it now is.
+    fn adopt_secrets(&mut self, spec: Option<SecretSpec>, now: Instant) {
+        let changed = match (&mut self.secrets, spec) {
+            (Some(ring), Some(spec)) => ring.adopt(spec, now),
+            (None, Some(spec)) => SecretRing::new(spec, now).map(|ring| {
+                self.secrets = Some(ring);
+                true
+            }),
+            (Some(_), None) => {
+                self.secrets = None;
+                Ok(false)
+            }
+            (None, None) => Ok(false),
+        };
+        if let Err(e) = changed {
+            tracing::error!("cannot make the workers' secrets: {e}");
         }
     }
 }

@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 use super::spawn::signal;
 use super::{describe, Master, CRASH_LIMIT, CRASH_WINDOW, KILL_GRACE, MAX_RESPAWN_DELAY};
 use crate::protocol::{Response, Role, ToWorker};
+use crate::secret::SecretRing;
 
 impl Master {
     pub(super) async fn exited(&mut self, generation: u64, status: std::process::ExitStatus) {
@@ -138,11 +139,19 @@ impl Master {
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let workers = self.workers.values().flat_map(|w| [w.hard_stop_at, w.kill_at]).flatten();
         let reload = self.reload.as_ref().map(|r| r.deadline);
-        workers.chain(reload).chain(self.respawn_at).min()
+        let secrets = self.secrets.as_ref().map(SecretRing::next_change);
+        workers.chain(reload).chain(self.respawn_at).chain(secrets).min()
     }
 
     pub(super) async fn on_timer(&mut self) {
         let now = Instant::now();
+        if let Some(ring) = &mut self.secrets {
+            match ring.advance(now) {
+                Ok(true) => self.send_secrets().await,
+                Ok(false) => {}
+                Err(e) => tracing::error!("renewing the workers' secrets: {e} (the current ones stay)"),
+            }
+        }
         if self.reload.as_ref().is_some_and(|r| r.deadline <= now) {
             let timeout = Duration::from_millis(self.settings.worker_start_timeout_ms);
             if let Some(worker) = self.reload.as_ref().and_then(|r| self.workers.get(&r.generation)) {
@@ -168,6 +177,19 @@ impl Master {
                 tracing::warn!(pid = worker.proc.pid, generation, "worker did not exit: SIGKILL");
                 worker.kill_at = None;
                 signal(worker.proc.pid, Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// The secrets as they are now, to every worker that serves or drains. A starting worker
+    /// got them before its sockets and gets them again once ready (see `ready`), so nothing
+    /// comes between its socket requests and their answers.
+    pub(super) async fn send_secrets(&mut self) {
+        let Some(ring) = &self.secrets else { return };
+        let message = ToWorker::Secrets { secrets: ring.set() };
+        for (generation, worker) in &self.workers {
+            if worker.role != Role::Starting && worker.proc.tx.send(&message, &[]).await.is_err() {
+                tracing::warn!(generation, "handing secrets to the worker failed");
             }
         }
     }

@@ -28,6 +28,9 @@ pub(crate) struct RawGlobal {
     pub(crate) handshake_timeout: Option<String>,
     pub(crate) backend_connect_timeout: Option<String>,
     pub(crate) log_rate: Option<i64>,
+    pub(crate) ticket_key_rotation: Option<String>,
+    pub(crate) ticket_lifetime: Option<String>,
+    pub(crate) ticket_key_files: Option<Vec<String>>,
 }
 
 /// TLS settings: under `tls:` for every frontend, and under a frontend's own `tls:` for

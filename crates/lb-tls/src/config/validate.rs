@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lb_config::{child, item, parse_duration, Diagnostic, Locations};
@@ -13,6 +14,7 @@ use lb_supervisor::ListenAddr;
 use super::raw::{RawBackend, RawCertificate, RawConfig, RawFrontend, RawGlobal, RawTls};
 use super::{diagnostic, Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol};
 use super::{TlsSettings, WriteProxy};
+use crate::tickets::TicketStore;
 
 /// Mozilla's "intermediate" TLS 1.2 list (server-side-tls v5.7).
 pub(crate) const DEFAULT_CIPHERS: &str = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:\
@@ -27,6 +29,9 @@ const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKEND_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const LOG_RATE: u32 = 10;
+const TICKET_KEY_ROTATION: Duration = Duration::from_secs(3600);
+/// The TLS libraries' own default session lifetime.
+const TICKET_LIFETIME: Duration = Duration::from_secs(7200);
 /// HAProxy's `tune.ssl.cachesize` default (hitch's `session-cache` is off unless set).
 const DEFAULT_SESSION_CACHE_SIZE: usize = 20_000;
 const MAX_SESSION_CACHE_SIZE: usize = 10_000_000;
@@ -114,11 +119,24 @@ pub(super) fn validate(
         ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
         return Err(ctx.diagnostics);
     };
-    // The text is sound: read the certificates and build the contexts.
+    // The text is sound: read the ticket keys and the certificates, and build the contexts.
+    let tickets = if global.ticket_key_files.is_empty() {
+        TicketStore::own().map_err(|e| ctx.error("global", e))
+    } else {
+        TicketStore::from_files(&global.ticket_key_files).map_err(|problems| {
+            for (i, problem) in problems {
+                ctx.error(&item("global.ticket_key_files", i), problem);
+            }
+        })
+    };
+    let Ok(tickets) = tickets.map(Arc::new) else {
+        return Err(ctx.diagnostics);
+    };
+    let lifetime = global.ticket_lifetime;
     let mut warnings = Vec::new();
     let mut built = Vec::new();
     for (i, (bind, (proxy_proxy, tls, fields))) in frontends.into_iter().enumerate() {
-        match crate::context::Acceptor::build(&tls, i, &fields, &mut warnings) {
+        match crate::context::Acceptor::build(&tls, i, &fields, (&tickets, lifetime), &mut warnings) {
             Ok(acceptor) => built.push(Frontend { bind, proxy_proxy, tls, acceptor: std::sync::Arc::new(acceptor) }),
             Err(problems) => {
                 for (field, message) in problems {
@@ -131,7 +149,7 @@ pub(super) fn validate(
         ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
         return Err(ctx.diagnostics);
     }
-    Ok(Config { global, backend, frontends: built, warnings })
+    Ok(Config { global, backend, frontends: built, tickets, warnings })
 }
 
 fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
@@ -183,6 +201,17 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
             .duration(path, "backend_connect_timeout", raw.backend_connect_timeout.as_ref())
             .unwrap_or(BACKEND_CONNECT_TIMEOUT),
         log_rate: ctx.int(path, "log_rate", raw.log_rate, 0..=100_000).map_or(LOG_RATE, |n| n as u32),
+        ticket_key_rotation: ctx
+            .duration(path, "ticket_key_rotation", raw.ticket_key_rotation.as_ref())
+            .unwrap_or(TICKET_KEY_ROTATION),
+        ticket_lifetime: ctx.duration(path, "ticket_lifetime", raw.ticket_lifetime.as_ref()).unwrap_or(TICKET_LIFETIME),
+        ticket_key_files: raw
+            .ticket_key_files
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, text)| ctx.path(&item(&child(path, "ticket_key_files"), i), text))
+            .collect(),
     })
 }
 

@@ -203,22 +203,4 @@ pub(crate) fn set_ocsp_response(b: &mut SslContextBuilder, der: &[u8]) -> Result
 }
 
 #[cfg(test)]
-mod tests {
-    use openssl::ssl::{SslContextBuilder, SslMethod};
-
-    #[cfg(feature = "aws-lc")]
-    #[test]
-    fn aws_lc_calls_accept_good_values_and_refuse_bad_ones() {
-        let mut b = SslContextBuilder::new(SslMethod::tls_server()).expect("a context");
-        assert!(super::set_ciphersuites(&mut b, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256").is_ok());
-        assert!(super::set_ciphersuites(&mut b, "NOT_A_SUITE").is_err());
-        assert!(super::set_ciphersuites(&mut b, "TLS_AES_128_GCM_SHA256\0x").is_err());
-        assert!(super::set_num_tickets(&mut b, 1).is_ok());
-        assert!(super::set_ocsp_response(&mut b, b"\x30\x03\x0a\x01\x00").is_ok());
-    }
-
-    #[test]
-    fn a_context_builds() {
-        assert!(SslContextBuilder::new(SslMethod::tls_server()).is_ok());
-    }
-}
+mod tests;

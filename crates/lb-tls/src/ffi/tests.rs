@@ -1,0 +1,136 @@
+//! The ticket callback in real handshakes (a server and a client context of the library in
+//! use, over a socket pair): sessions resume with the same keys, after a rotation (an older key
+//! still decrypts), and never with keys the server does not hold, where the handshake is a full
+//! one. Run under valgrind memcheck as well (docs/operations.md, "the one unsafe module").
+
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lb_supervisor::Secret;
+use openssl::asn1::Asn1Time;
+use openssl::bn::BigNum;
+use openssl::ec::{EcGroup, EcKey};
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::pkey::PKey;
+use openssl::ssl::{
+    Ssl, SslContext, SslContextBuilder, SslMethod, SslSession, SslSessionCacheMode, SslVerifyMode, SslVersion,
+};
+use openssl::x509::{X509NameBuilder, X509};
+
+use crate::tickets::TicketStore;
+
+const VERSIONS: [SslVersion; 2] = [SslVersion::TLS1_2, SslVersion::TLS1_3];
+
+fn store(keys: &[u8]) -> Arc<TicketStore> {
+    let store = TicketStore::own().expect("a store");
+    let secrets: Vec<Secret> = keys.iter().map(|&k| Secret::new(vec![k; 80])).collect();
+    store.take_secrets(&secrets);
+    Arc::new(store)
+}
+
+fn server(store: Arc<TicketStore>) -> SslContext {
+    let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).expect("P-256");
+    let key = PKey::from_ec_key(EcKey::generate(&group).expect("a key")).expect("a key");
+    let mut name = X509NameBuilder::new().expect("a name");
+    name.append_entry_by_text("CN", "ffi.test").expect("CN");
+    let name = name.build();
+    let mut cert = X509::builder().expect("a certificate");
+    cert.set_version(2).expect("v3");
+    cert.set_serial_number(&BigNum::from_u32(1).and_then(|n| n.to_asn1_integer()).expect("serial")).expect("serial");
+    cert.set_subject_name(&name).expect("subject");
+    cert.set_issuer_name(&name).expect("issuer");
+    cert.set_pubkey(&key).expect("public key");
+    cert.set_not_before(&Asn1Time::days_from_now(0).expect("now")).expect("not before");
+    cert.set_not_after(&Asn1Time::days_from_now(1).expect("tomorrow")).expect("not after");
+    cert.sign(&key, MessageDigest::sha256()).expect("signed");
+    let mut b = SslContextBuilder::new(SslMethod::tls_server()).expect("a context");
+    b.set_certificate(&cert.build()).expect("certificate");
+    b.set_private_key(&key).expect("key");
+    // Tickets only: what resumes here resumes through the callback.
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    super::set_ticket_keys(&mut b, store).expect("ticket keys");
+    super::set_session_timeout(&mut b, Duration::from_secs(60));
+    b.build()
+}
+
+/// One handshake and one byte each way; whether it resumed, and the session to resume next.
+fn handshake(server: &SslContext, version: SslVersion, session: Option<&SslSession>) -> (bool, SslSession) {
+    let (near, far) = UnixStream::pair().expect("a socket pair");
+    let server = server.clone();
+    let served = std::thread::spawn(move || {
+        let mut tls = Ssl::new(&server).expect("ssl").accept(far).expect("the server's handshake");
+        tls.write_all(b"s").expect("write");
+        let mut byte = [0; 1];
+        tls.read_exact(&mut byte).expect("read");
+    });
+    let mut client = SslContextBuilder::new(SslMethod::tls_client()).expect("a client context");
+    client.set_verify(SslVerifyMode::NONE);
+    client.set_min_proto_version(Some(version)).expect("min");
+    client.set_max_proto_version(Some(version)).expect("max");
+    client.set_session_cache_mode(SslSessionCacheMode::CLIENT);
+    // The session to resume is the one the server's ticket makes (for TLS 1.3, after the
+    // handshake): it comes through this callback.
+    let ticketed = Arc::new(Mutex::new(None));
+    let keep = ticketed.clone();
+    client.set_new_session_callback(move |_, session| *keep.lock().expect("lock") = Some(session));
+    let mut ssl = Ssl::new(&client.build()).expect("ssl");
+    if let Some(session) = &session {
+        // SAFETY: the session comes from a client context built the same way, for this server.
+        unsafe { ssl.set_session(session) }.expect("the session");
+    }
+    let session = session.map(|s| s.to_owned());
+    let mut tls = ssl.connect(near).expect("the client's handshake");
+    // The byte comes after TLS 1.3's tickets, so the session holds one once it is read.
+    let mut byte = [0; 1];
+    tls.read_exact(&mut byte).expect("read");
+    tls.write_all(b"c").expect("write");
+    served.join().expect("the server thread");
+    let reused = tls.ssl().session_reused();
+    // A TLS 1.2 resumption with the current key brings no new ticket: the old one stays good.
+    let session = ticketed.lock().expect("lock").take().or(session).expect("a ticket");
+    (reused, session)
+}
+
+#[test]
+fn sessions_resume_with_the_same_keys_and_after_a_rotation() {
+    for version in VERSIONS {
+        let keys = store(&[1]);
+        let ctx = server(keys.clone());
+        let (reused, session) = handshake(&ctx, version, None);
+        assert!(!reused, "{version:?}: a first handshake is a full one");
+        let (reused, session) = handshake(&ctx, version, Some(&session));
+        assert!(reused, "{version:?}: resumed with the same key");
+        // Rotation: a new key encrypts, the old one still decrypts.
+        keys.take_secrets(&[Secret::new(vec![2; 80]), Secret::new(vec![1; 80])]);
+        let (reused, renewed) = handshake(&ctx, version, Some(&session));
+        assert!(reused, "{version:?}: an older key still resumes");
+        // The renewed ticket is made with the new key: it resumes once the old key is gone.
+        keys.take_secrets(&[Secret::new(vec![2; 80])]);
+        let (reused, _) = handshake(&ctx, version, Some(&renewed));
+        assert!(reused, "{version:?}: the renewed ticket uses the current key");
+    }
+}
+
+#[test]
+fn keys_the_server_does_not_hold_mean_a_full_handshake_not_a_failure() {
+    for version in VERSIONS {
+        let (first, other) = (server(store(&[1])), server(store(&[9, 8])));
+        let (_, session) = handshake(&first, version, None);
+        let (reused, _) = handshake(&other, version, Some(&session));
+        assert!(!reused, "{version:?}: another instance's ticket is not resumed");
+    }
+}
+
+#[cfg(feature = "aws-lc")]
+#[test]
+fn aws_lc_calls_accept_good_values_and_refuse_bad_ones() {
+    let mut b = SslContextBuilder::new(SslMethod::tls_server()).expect("a context");
+    assert!(super::set_ciphersuites(&mut b, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256").is_ok());
+    assert!(super::set_ciphersuites(&mut b, "NOT_A_SUITE").is_err());
+    assert!(super::set_ciphersuites(&mut b, "TLS_AES_128_GCM_SHA256\0x").is_err());
+    assert!(super::set_num_tickets(&mut b, 1).is_ok());
+    assert!(super::set_ocsp_response(&mut b, b"\x30\x03\x0a\x01\x00").is_ok());
+}

@@ -67,3 +67,17 @@ fn a_session_cache_size_out_of_range_is_located() {
         "{e:?}"
     );
 }
+
+#[test]
+fn ticket_key_schedules_that_keep_too_many_keys_are_refused() {
+    let e = errors(
+        "global: { control_socket: m.sock, ticket_key_rotation: 10s, ticket_lifetime: 1h }\n\
+         tls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\nfrontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(e.iter().any(|l| l.contains("global.ticket_lifetime: keeps more than 100 ticket keys")), "{e:?}");
+    let e = errors(
+        "global: { control_socket: m.sock, ticket_key_rotation: 500ms }\n\
+         tls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\nfrontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(e.iter().any(|l| l.contains("global.ticket_key_rotation: must be 1s or more")), "{e:?}");
+}

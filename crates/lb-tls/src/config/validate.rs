@@ -32,6 +32,8 @@ const LOG_RATE: u32 = 10;
 const TICKET_KEY_ROTATION: Duration = Duration::from_secs(3600);
 /// The TLS libraries' own default session lifetime.
 const TICKET_LIFETIME: Duration = Duration::from_secs(7200);
+/// Replaced ticket keys kept at once (ticket_lifetime / ticket_key_rotation) at most.
+const MAX_KEPT_TICKET_KEYS: u32 = 100;
 /// HAProxy's `tune.ssl.cachesize` default (hitch's `session-cache` is off unless set).
 const DEFAULT_SESSION_CACHE_SIZE: usize = 20_000;
 const MAX_SESSION_CACHE_SIZE: usize = 10_000_000;
@@ -172,6 +174,20 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
         }
         other => other.cloned(),
     };
+    let ticket_key_rotation =
+        ctx.duration(path, "ticket_key_rotation", raw.ticket_key_rotation.as_ref()).unwrap_or(TICKET_KEY_ROTATION);
+    let ticket_lifetime =
+        ctx.duration(path, "ticket_lifetime", raw.ticket_lifetime.as_ref()).unwrap_or(TICKET_LIFETIME);
+    if ticket_key_rotation < Duration::from_secs(1) {
+        ctx.error(&child(path, "ticket_key_rotation"), "must be 1s or more");
+    } else if ticket_lifetime.as_secs_f64() / ticket_key_rotation.as_secs_f64() > MAX_KEPT_TICKET_KEYS as f64 {
+        // Every replaced key is kept for the lifetime: bound how many each worker holds (and
+        // tries, for a ticket it does not know).
+        ctx.error(
+            &child(path, "ticket_lifetime"),
+            format!("keeps more than {MAX_KEPT_TICKET_KEYS} ticket keys at a rotation of {ticket_key_rotation:?}: rotate less often"),
+        );
+    }
     let tcp_keepalive = match raw.tcp_keepalive.as_deref() {
         Some("off") => None,
         Some(_) => ctx.duration(path, "tcp_keepalive", raw.tcp_keepalive.as_ref()),
@@ -201,10 +217,8 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
             .duration(path, "backend_connect_timeout", raw.backend_connect_timeout.as_ref())
             .unwrap_or(BACKEND_CONNECT_TIMEOUT),
         log_rate: ctx.int(path, "log_rate", raw.log_rate, 0..=100_000).map_or(LOG_RATE, |n| n as u32),
-        ticket_key_rotation: ctx
-            .duration(path, "ticket_key_rotation", raw.ticket_key_rotation.as_ref())
-            .unwrap_or(TICKET_KEY_ROTATION),
-        ticket_lifetime: ctx.duration(path, "ticket_lifetime", raw.ticket_lifetime.as_ref()).unwrap_or(TICKET_LIFETIME),
+        ticket_key_rotation,
+        ticket_lifetime,
         ticket_key_files: raw
             .ticket_key_files
             .iter()

@@ -27,6 +27,9 @@ use crate::tickets::{TicketStore, NAME_BYTES};
 /// Where each context keeps its ticket keys (one index for the process).
 static STORE_INDEX: OnceLock<Index<SslContext, Arc<TicketStore>>> = OnceLock::new();
 
+/// `SSL_version`'s answer for TLS 1.3.
+const TLS1_3_VERSION: c_int = 0x0304;
+
 /// The IV a ticket callback fills: AES-CBC's 16 bytes (OpenSSL's EVP_MAX_IV_LENGTH is 16).
 const IV_BYTES: usize = 16;
 
@@ -100,8 +103,9 @@ pub(crate) fn set_session_timeout(b: &mut SslContextBuilder, lifetime: Duration)
 }
 
 /// The ticket callback: `encrypt` 1 fills the key name and IV and sets up the cipher and HMAC
-/// with the first key; 0 looks the name up and answers 1 (the current key), 2 (an older one:
-/// resume and send a new ticket) or 0 (unknown: a full handshake, no failure); -1 on an error.
+/// with the first key; 0 looks the name up and answers 1 (the current key, TLS 1.2), 2 (an older
+/// key, or TLS 1.3: resume and send a new ticket) or 0 (unknown: a full handshake, no failure);
+/// -1 on an error.
 unsafe extern "C" fn ticket_key(
     ssl: *mut SSL,
     name: *mut c_uchar,
@@ -135,7 +139,11 @@ unsafe extern "C" fn ticket_key(
         // SAFETY: the library gives the ticket's NAME_BYTES-byte key name at `name`.
         let wanted = unsafe { std::slice::from_raw_parts(name, NAME_BYTES) };
         match keys.iter().position(|k| k.name()[..] == *wanted) {
-            Some(i) => (&keys[i], if i == 0 { 1 } else { 2 }),
+            // TLS 1.3 always gets a new ticket: clients use each one once (RFC 8446, C.4),
+            // and OpenSSL sends none after a resumption answered 1.
+            // SAFETY: `ssl` is the live connection being resumed.
+            Some(i) if i == 0 && unsafe { openssl_sys::SSL_version(ssl) } != TLS1_3_VERSION => (&keys[i], 1),
+            Some(i) => (&keys[i], 2),
             None => return 0,
         }
     };

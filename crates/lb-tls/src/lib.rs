@@ -1,6 +1,7 @@
 //! lb-tls terminates TLS for the lb stack: it listens on the public HTTPS port, completes the
-//! handshake with OpenSSL (certificates chosen by SNI, OCSP stapling, client certificates,
-//! ALPN) and forwards the plaintext to lb-proxy over localhost, behind a PROXY v2 header that
+//! handshake through the openssl crate (certificates chosen by SNI, OCSP stapling, client
+//! certificates, ALPN; the library beneath is AWS-LC by default, OpenSSL by a Cargo feature)
+//! and forwards the plaintext to lb-proxy over localhost, behind a PROXY v2 header that
 //! carries the client address and the TLS facts. It does what hitch does, and reloads the way
 //! lb-proxy does.
 //!
@@ -8,7 +9,8 @@
 //! the frontend sockets and passes them by fd to each worker, which serves them with [`start`].
 //! A reload (`lbctl reload`, SIGHUP) starts a worker on the configuration and certificate files
 //! as they are then; a file that does not load fails the reload and leaves the current worker
-//! serving. Tests may call [`run`] with port-0 sockets.
+//! serving. Session tickets are made with keys the master owns and hands to every worker, so
+//! sessions resume across reloads. Tests may call [`run`] with port-0 sockets.
 //!
 //! Main types: [`TlsDaemon`], [`Config`] (loaded with its TLS contexts built), [`Server`],
 //! [`Error`].

@@ -65,12 +65,16 @@ fn handshake(server: &SslContext, version: SslVersion, session: Option<&SslSessi
         tls.write_all(b"s").expect("write");
         let mut byte = [0; 1];
         tls.read_exact(&mut byte).expect("read");
+        // Until the client's close_notify.
+        let _ = tls.read_to_end(&mut Vec::new());
     });
     let mut client = SslContextBuilder::new(SslMethod::tls_client()).expect("a client context");
     client.set_verify(SslVerifyMode::NONE);
     client.set_min_proto_version(Some(version)).expect("min");
     client.set_max_proto_version(Some(version)).expect("max");
-    client.set_session_cache_mode(SslSessionCacheMode::CLIENT);
+    // Not in the context's own store: OpenSSL marks what it holds there unresumable when the
+    // context is freed, at the end of this function.
+    client.set_session_cache_mode(SslSessionCacheMode::CLIENT | SslSessionCacheMode::NO_INTERNAL);
     // The session to resume is the one the server's ticket makes (for TLS 1.3, after the
     // handshake): it comes through this callback.
     let ticketed = Arc::new(Mutex::new(None));
@@ -81,16 +85,23 @@ fn handshake(server: &SslContext, version: SslVersion, session: Option<&SslSessi
         // SAFETY: the session comes from a client context built the same way, for this server.
         unsafe { ssl.set_session(session) }.expect("the session");
     }
-    let session = session.map(|s| s.to_owned());
     let mut tls = ssl.connect(near).expect("the client's handshake");
     // The byte comes after TLS 1.3's tickets, so the session holds one once it is read.
     let mut byte = [0; 1];
     tls.read_exact(&mut byte).expect("read");
     tls.write_all(b"c").expect("write");
+    // OpenSSL forgets a TLS 1.2 session whose connection ends without close_notify.
+    tls.shutdown().expect("close_notify");
     served.join().expect("the server thread");
     let reused = tls.ssl().session_reused();
-    // A TLS 1.2 resumption with the current key brings no new ticket: the old one stays good.
-    let session = ticketed.lock().expect("lock").take().or(session).expect("a ticket");
+    // Without a new ticket, TLS 1.2 resumes the connection's own session next (OpenSSL does not
+    // call back when it resumes one, even with a renewed ticket). TLS 1.3 clients use a ticket
+    // once, so every handshake must bring a new one.
+    let kept = match version {
+        SslVersion::TLS1_2 => tls.ssl().session().map(|s| s.to_owned()),
+        _ => None,
+    };
+    let session = ticketed.lock().expect("lock").take().or(kept).expect("a new ticket");
     (reused, session)
 }
 

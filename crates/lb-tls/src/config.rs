@@ -41,6 +41,13 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct Global {
     pub control_socket: PathBuf,
+    /// HAProxy's CLI for `show stat`, `show info` (`None`: none; lbctl reaches the same
+    /// commands through the control socket).
+    pub runtime_socket: Option<PathBuf>,
+    /// The same commands over TCP, on loopback only.
+    pub runtime_address: Option<SocketAddr>,
+    /// Where /metrics is served (loopback only; `None`: not served).
+    pub metrics_address: Option<SocketAddr>,
     pub user: Option<String>,
     pub group: Option<String>,
     pub worker_threads: Option<usize>,
@@ -183,9 +190,10 @@ impl Config {
         validate::validate(&raw, file_name, &locations, base).map_err(|diagnostics| Error::Invalid { diagnostics })
     }
 
-    /// Every address the master binds, in configuration order.
+    /// Every address the master binds: the frontends in configuration order, then /metrics'.
     pub fn listen_addrs(&self) -> Vec<ListenAddr> {
-        self.frontends.iter().map(|f| f.bind.clone()).collect()
+        let metrics = self.global.metrics_address.map(ListenAddr::Tcp);
+        self.frontends.iter().map(|f| f.bind.clone()).chain(metrics).collect()
     }
 }
 

@@ -19,9 +19,11 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_openssl::SslStream;
 
 use crate::config::{BackendAddr, WriteProxy};
+use crate::counted::Counted;
 use crate::library::reason_words;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
+use crate::stats::{Failure, FrontendStats};
 
 /// An accepted client socket.
 #[derive(Debug)]
@@ -65,36 +67,44 @@ where
     let started = Instant::now();
     let timeout = config.global.handshake_timeout;
     let who = |client: Option<SocketAddr>| client.map_or_else(|| "unix".to_owned(), |c| c.to_string());
+    let stats = shared.stats.frontend(frontend);
     let handshake = async {
         let received = match fe.proxy_proxy {
-            true => Some(proxy_header::read(&mut stream).await?),
+            true => Some(proxy_header::read(&mut stream).await.map_err(|e| (Failure::ProxyHeader, e))?),
             false => None,
         };
-        let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| e.to_string())?;
-        let mut tls = SslStream::new(ssl, stream).map_err(|e| e.to_string())?;
+        let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
+        let mut tls = SslStream::new(ssl, stream).map_err(|e| (Failure::Other, e.to_string()))?;
         match Pin::new(&mut tls).accept().await {
             Ok(()) => {
                 tls.get_ref().ack_now();
                 Ok((received, tls))
             }
-            Err(e) => Err(handshake_reason(&e, tls.ssl().servername(openssl::ssl::NameType::HOST_NAME))),
+            Err(e) => {
+                let reason = handshake_reason(&e, tls.ssl().servername(openssl::ssl::NameType::HOST_NAME));
+                Err((Failure::of_reason(&reason), reason))
+            }
         }
     };
     let (received, mut tls) = match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(done)) => done,
-        Ok(Err(reason)) => {
+        Ok(Err((failure, reason))) => {
+            stats.failed(failure);
             shared.handshake_log.warn("handshake failures", || {
                 format!("handshake failed: client {} on {}: {reason}", who(peer), fe.bind)
             });
             return;
         }
         Err(_) => {
+            stats.failed(Failure::Timeout);
             shared.handshake_log.warn("handshake failures", || {
                 format!("handshake failed: client {} on {}: no handshake within {timeout:?}", who(peer), fe.bind)
             });
             return;
         }
     };
+    let ssl = tls.ssl();
+    stats.handshake(ssl.session_reused(), ssl.version_str(), ssl.current_cipher().map(|c| c.name()));
     let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
         Some((client, local)) => (Some(client), Some(local)),
         None => (peer, local),
@@ -111,15 +121,16 @@ where
         BackendAddr::Tcp(a) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
             Ok(backend) => {
                 let _ = backend.set_nodelay(true);
-                return forward(tls, backend, &header).await;
+                return forward(tls, backend, &header, stats).await;
             }
             Err(why) => why,
         },
         BackendAddr::Unix(p) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
-            Ok(backend) => return forward(tls, backend, &header).await,
+            Ok(backend) => return forward(tls, backend, &header, stats).await,
             Err(why) => why,
         },
     };
+    stats.backend_failed();
     shared.backend_log.warn("backend failures", || {
         format!(
             "backend {address} {why}: closing client {} on {} after {} ms",
@@ -190,8 +201,8 @@ async fn close<S: AsyncRead + AsyncWrite + Unpin>(tls: &mut SslStream<S>) {
 }
 
 /// The header, then both directions until each has ended (a finished direction shuts the
-/// other side's write half down: half-close is kept).
-async fn forward<S, B>(mut tls: SslStream<S>, mut backend: B, header: &[u8])
+/// other side's write half down: half-close is kept), counted in `stats`.
+async fn forward<S, B>(mut tls: SslStream<S>, mut backend: B, header: &[u8], stats: &FrontendStats)
 where
     S: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -200,6 +211,7 @@ where
         close(&mut tls).await;
         return;
     }
+    let mut backend = Counted::new(backend, stats);
     // Responses are the bulk: read them 16 KiB at a time, one full TLS record per write.
     // Requests go in 8 KiB reads. (Both buffers live as long as the connection.)
     let _ = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut backend, TO_BACKEND_BUF, TO_CLIENT_BUF).await;

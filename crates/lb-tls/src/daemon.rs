@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lb_supervisor::{Daemon, Listeners, MasterLink, Plan, Runtime, SecretSpec, Serving, Settings, Shutdown};
+use lb_supervisor::{
+    Daemon, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, SecretSpec, Serving, Settings, Shutdown,
+};
 
 use crate::config::Config;
 use crate::tickets::KEY_BYTES;
@@ -63,14 +65,23 @@ impl Daemon for TlsDaemon {
                 }
             });
         }
-        Ok((Self::start(config, listeners, shutdown).await?, None))
+        let server = crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?;
+        let runtime: Arc<dyn Runtime> = server.runtime();
+        Ok((serving(server), Some(runtime)))
     }
 
     async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
-        let server = crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?;
-        let connections = server.connections_counter();
-        Ok(Serving { connections: Box::new(connections), done: Box::pin(server.wait()) })
+        Ok(serving(crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?))
     }
+
+    fn runtime_endpoints(config: &Config) -> RuntimeEndpoints {
+        RuntimeEndpoints { socket: config.global.runtime_socket.clone(), tcp: config.global.runtime_address }
+    }
+}
+
+fn serving(server: crate::Server) -> Serving {
+    let connections = server.connections_counter();
+    Serving { connections: Box::new(connections), done: Box::pin(server.wait()) }
 }
 
 /// What the master makes for ticket keys: an 80-byte key every `ticket_key_rotation`, each

@@ -10,7 +10,10 @@
 //! A reload (`lbctl reload`, SIGHUP) starts a worker on the configuration and certificate files
 //! as they are then; a file that does not load fails the reload and leaves the current worker
 //! serving. Session tickets are made with keys the master owns and hands to every worker, so
-//! sessions resume across reloads. Tests may call [`run`] with port-0 sockets.
+//! sessions resume across reloads. Each worker counts connections, handshakes (resumed, by
+//! protocol and cipher) and failed handshakes by reason: `lbctl -f lb-tls.yaml show stat`,
+//! `show info`, and /metrics on `global.metrics_address`; the totals carry on across reloads.
+//! Tests may call [`run`] with port-0 sockets.
 //!
 //! Main types: [`TlsDaemon`], [`Config`] (loaded with its TLS contexts built), [`Server`],
 //! [`Error`].
@@ -24,6 +27,10 @@
 //! - `context`: OpenSSL contexts per certificate and the servername switch.
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
+//! - `counted`: the backend stream that counts bytes each way.
+//! - `stats`: the counters, their hand-over across reloads, and their text (`show stat`,
+//!   `show info`, Prometheus).
+//! - `runtime`: the runtime commands over `stats`; `metrics`: /metrics over HTTP.
 //! - `proxy_header`: PROXY v1/v2 written (with TLVs) and read (`proxy_proxy`).
 //! - `ratelog`: failure lines at a bounded rate.
 //! - `daemon`: [`TlsDaemon`], what lb-supervisor runs.
@@ -36,14 +43,18 @@ mod certs;
 mod config;
 mod conn;
 mod context;
+mod counted;
 mod daemon;
 mod error;
 mod ffi;
 mod library;
+mod metrics;
 mod proxy_header;
 mod ratelog;
+mod runtime;
 mod serve;
 mod sni;
+mod stats;
 mod tickets;
 
 pub use config::{

@@ -6,13 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb_supervisor::{Accepted, AsyncListener, Listener, Listeners, Shutdown};
+use lb_supervisor::{Accepted, AsyncListener, ListenAddr, Listener, Listeners, Shutdown};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::conn::{self, Client};
 use crate::ratelog::RateLimited;
+use crate::runtime::Handler;
+use crate::stats::{Process, Stats};
 use crate::Error;
 
 /// What every connection of a serving process shares.
@@ -21,6 +23,7 @@ pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) handshake_log: RateLimited,
     pub(crate) backend_log: RateLimited,
+    pub(crate) stats: Arc<Stats>,
     conns: AtomicUsize,
     limit: Arc<Semaphore>,
 }
@@ -44,6 +47,11 @@ impl Server {
         move || shared.conns.load(Ordering::Relaxed) as u64
     }
 
+    /// The runtime commands' handler over this server's counters.
+    pub(crate) fn runtime(&self) -> Arc<Handler> {
+        Arc::new(Handler::new(self.shared.stats.clone(), process(&self.shared.config)))
+    }
+
     /// Resolves once the shutdown has been carried out.
     pub async fn wait(self) {
         let _ = self.done.await;
@@ -54,12 +62,27 @@ impl Server {
 #[derive(Debug)]
 pub(crate) struct Admission {
     shared: Arc<Shared>,
+    frontend: usize,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
         self.shared.conns.fetch_sub(1, Ordering::Relaxed);
+        self.shared.stats.frontend(self.frontend).closed();
+    }
+}
+
+/// What `show info` and /metrics say of this process.
+fn process(config: &Config) -> Process {
+    Process {
+        version: format!("{} ({})", env!("CARGO_PKG_VERSION"), crate::tls_library()),
+        library: crate::tls_library().to_owned(),
+        threads: config
+            .global
+            .worker_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
+        max_connections: config.global.max_connections,
     }
 }
 
@@ -82,21 +105,36 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
         }
         sockets.push((index, AsyncListener::from_std(listener).map_err(listener_error)?));
     }
+    let metrics = match config.global.metrics_address {
+        Some(address) => {
+            let address = ListenAddr::Tcp(address);
+            let listener =
+                listeners.take(&address).ok_or_else(|| Error::MissingListener { address: address.clone() })?;
+            Some(AsyncListener::from_std(listener).map_err(|source| Error::Listener { address, source })?)
+        }
+        None => None,
+    };
     drop(listeners);
+    let stats = Arc::new(Stats::new(config.frontends.iter().map(|f| f.bind.to_string()).collect()));
     let shared = Arc::new(Shared {
         handshake_log: RateLimited::new(config.global.log_rate),
         backend_log: RateLimited::new(config.global.log_rate),
+        stats: stats.clone(),
         conns: AtomicUsize::new(0),
         limit: Arc::new(Semaphore::new(config.global.max_connections)),
         config,
     });
     let tracker = TaskTracker::new();
-    let loops: Vec<_> = sockets
+    let mut loops: Vec<_> = sockets
         .into_iter()
         .map(|(index, listener)| {
             tokio::spawn(accept_loop(shared.clone(), index, listener, shutdown.clone(), tracker.clone()))
         })
         .collect();
+    if let Some(listener) = metrics {
+        let process = process(&shared.config);
+        loops.push(tokio::spawn(crate::metrics::serve(listener, stats, process, shutdown.clone(), tracker.clone())));
+    }
     let done = lb_supervisor::finish_when_drained(loops, tracker, shutdown);
     Ok(Server { shared, done })
 }
@@ -123,7 +161,8 @@ async fn accept_loop(
         match accepted {
             Ok(client) => {
                 shared.conns.fetch_add(1, Ordering::Relaxed);
-                let admission = Admission { shared: shared.clone(), _permit: permit };
+                shared.stats.frontend(frontend).opened();
+                let admission = Admission { shared: shared.clone(), frontend, _permit: permit };
                 tracker.spawn(conn::handle(admission, shared.clone(), frontend, client, shutdown.clone()));
             }
             Err(e) => {

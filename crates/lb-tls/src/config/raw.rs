@@ -16,6 +16,9 @@ pub(crate) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGlobal {
     pub(crate) control_socket: Option<String>,
+    pub(crate) runtime_socket: Option<String>,
+    pub(crate) runtime_address: Option<String>,
+    pub(crate) metrics_address: Option<String>,
     pub(crate) user: Option<String>,
     pub(crate) group: Option<String>,
     pub(crate) worker_threads: Option<i64>,

@@ -81,3 +81,24 @@ fn ticket_key_schedules_that_keep_too_many_keys_are_refused() {
     );
     assert!(e.iter().any(|l| l.contains("global.ticket_key_rotation: must be 1s or more")), "{e:?}");
 }
+
+#[test]
+fn metrics_and_runtime_addresses_are_loopback_only_and_not_a_frontend() {
+    let e = errors(
+        "global:\n  control_socket: m.sock\n  metrics_address: \"127.0.0.1:2\"\n  runtime_address: \"0.0.0.0:9\"\n\
+         tls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\nfrontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(
+        e.iter().any(|l| l.starts_with("t.yaml:4:20: global.runtime_address: must be a loopback address")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter().any(|l| l.starts_with("t.yaml:3:20: global.metrics_address: 127.0.0.1:2 is bound by a frontend")),
+        "{e:?}"
+    );
+    let e = errors(
+        "global: { control_socket: m.sock, metrics_address: localhost }\ntls: { certificates: [ a.pem ] }\n\
+         backend: { address: \"127.0.0.1:1\" }\nfrontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(e.iter().any(|l| l.contains("global.metrics_address: 'localhost' is not an IP:port")), "{e:?}");
+}

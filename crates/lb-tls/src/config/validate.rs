@@ -117,6 +117,11 @@ pub(super) fn validate(
             ctx.error(&child(&item("frontends", *i), "bind"), format!("{bind} is bound by an earlier frontend"));
         }
     }
+    if let Some(metrics) = global.as_ref().and_then(|g| g.metrics_address) {
+        if binds.iter().any(|(_, b)| *b == ListenAddr::Tcp(metrics)) {
+            ctx.error("global.metrics_address", format!("{metrics} is bound by a frontend"));
+        }
+    }
     let (Some(global), Some(backend), true) = (global, backend, ctx.diagnostics.is_empty()) else {
         ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
         return Err(ctx.diagnostics);
@@ -193,8 +198,14 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
         Some(_) => ctx.duration(path, "tcp_keepalive", raw.tcp_keepalive.as_ref()),
         None => Some(Duration::from_secs(3600)),
     };
+    let runtime_socket = raw.runtime_socket.as_deref().and_then(|t| ctx.path(&child(path, "runtime_socket"), t));
+    let runtime_address = loopback(ctx, &child(path, "runtime_address"), raw.runtime_address.as_deref());
+    let metrics_address = loopback(ctx, &child(path, "metrics_address"), raw.metrics_address.as_deref());
     Some(Global {
         control_socket: control_socket?,
+        runtime_socket,
+        runtime_address,
+        metrics_address,
         user: word(ctx, "user", raw.user.as_ref()),
         group: word(ctx, "group", raw.group.as_ref()),
         worker_threads: ctx.int(path, "worker_threads", raw.worker_threads, 1..=1024).map(|n| n as usize),
@@ -227,6 +238,22 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
             .filter_map(|(i, text)| ctx.path(&item(&child(path, "ticket_key_files"), i), text))
             .collect(),
     })
+}
+
+/// An `IP:port` on loopback: runtime commands and metrics are for this host only.
+fn loopback(ctx: &mut Ctx<'_>, field: &str, text: Option<&str>) -> Option<SocketAddr> {
+    let text = text?;
+    match text.parse::<SocketAddr>() {
+        Ok(address) if address.ip().is_loopback() => Some(address),
+        Ok(address) => {
+            ctx.error(field, format!("must be a loopback address (this host only), got {address}"));
+            None
+        }
+        Err(_) => {
+            ctx.error(field, format!("'{text}' is not an IP:port (127.0.0.1:9101, [::1]:9101)"));
+            None
+        }
+    }
 }
 
 fn backend(ctx: &mut Ctx<'_>, raw: Option<&RawBackend>) -> Option<Backend> {

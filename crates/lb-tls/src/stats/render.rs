@@ -1,0 +1,178 @@
+//! The counters as text: `show stat` (HAProxy's CSV, a frontend a row, with HAProxy's names
+//! where the figure is the same and lb-tls's own after them), `show info` (`Name: value`),
+//! `show ciphers` and the Prometheus text of /metrics.
+
+use std::fmt::Write as _;
+
+use super::{Failure, Stats, VERSIONS};
+
+/// What `show info` and /metrics say of the process beside the counters.
+#[derive(Debug, Clone)]
+pub(crate) struct Process {
+    pub(crate) version: String,
+    pub(crate) library: String,
+    pub(crate) threads: usize,
+    pub(crate) max_connections: usize,
+}
+
+/// `tls1_2` for `TLSv1.2`: a CSV column or a label value.
+fn version_key(version: &str) -> String {
+    match version {
+        "TLSv1" => "tls1_0".to_owned(),
+        v => v.replace("TLSv", "tls").replace('.', "_"),
+    }
+}
+
+pub(crate) fn show_stat(stats: &Stats, process: &Process) -> String {
+    let mut out = String::from(
+        "# pxname,svname,scur,smax,slim,stot,bin,bout,econ,status,pid,iid,type,ssl_sess,ssl_reused_sess,ssl_failed_handshake",
+    );
+    for f in Failure::ALL {
+        let _ = write!(out, ",hs_fail_{}", f.name());
+    }
+    for v in VERSIONS {
+        let _ = write!(out, ",{}", version_key(v));
+    }
+    out.push_str(",\n");
+    let pid = std::process::id();
+    for (i, (name, t, current)) in stats.rows().iter().enumerate() {
+        let _ = write!(
+            out,
+            "{name},FRONTEND,{current},{},{},{},{},{},{},OPEN,{pid},{},0,{},{},{}",
+            t.max,
+            process.max_connections,
+            t.connections,
+            t.bytes_in,
+            t.bytes_out,
+            t.backend_failures,
+            i + 1,
+            t.handshakes,
+            t.resumed,
+            t.failed()
+        );
+        for i in 0..Failure::ALL.len() {
+            let _ = write!(out, ",{}", t.failures.get(i).copied().unwrap_or(0));
+        }
+        for i in 0..VERSIONS.len() {
+            let _ = write!(out, ",{}", t.versions.get(i).copied().unwrap_or(0));
+        }
+        out.push_str(",\n");
+    }
+    out
+}
+
+/// HAProxy's `Name: value` lines, those that mean something for a TLS terminator, in HAProxy's
+/// order and spelling, and the library (`Tls_library`, lb-tls's own).
+pub(crate) fn info(stats: &Stats, process: &Process) -> String {
+    let rows = stats.rows();
+    let up = stats.started.elapsed().as_secs();
+    let current: u64 = rows.iter().map(|(_, _, c)| c).sum();
+    let sum = |f: fn(&super::Totals) -> u64| -> u64 { rows.iter().map(|(_, t, _)| f(t)).sum() };
+    let (handshakes, resumed) = (sum(|t| t.handshakes), sum(|t| t.resumed));
+    let reuse_pct = (resumed * 100).checked_div(handshakes).unwrap_or(0);
+    let lines: [(&str, String); 13] = [
+        ("Name", "lb-tls".to_owned()),
+        ("Version", process.version.clone()),
+        ("Nbthread", process.threads.to_string()),
+        ("Pid", std::process::id().to_string()),
+        ("Uptime", format!("{}d {}h{:02}m{:02}s", up / 86400, up / 3600 % 24, up / 60 % 60, up % 60)),
+        ("Uptime_sec", up.to_string()),
+        ("Maxconn", process.max_connections.to_string()),
+        ("CurrConns", current.to_string()),
+        ("CumConns", sum(|t| t.connections).to_string()),
+        ("CurrSslConns", current.to_string()),
+        ("CumSslConns", handshakes.to_string()),
+        ("SslFrontendSessionReuse_pct", reuse_pct.to_string()),
+        ("Tls_library", process.library.clone()),
+    ];
+    lines.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+}
+
+/// Handshakes by frontend and cipher, a `# `-headed table like `show servers state`.
+pub(crate) fn show_ciphers(stats: &Stats) -> String {
+    let mut out = String::from("# frontend cipher handshakes\n");
+    for (name, t, _) in stats.rows() {
+        for (cipher, n) in &t.ciphers {
+            let _ = writeln!(out, "{name} {cipher} {n}");
+        }
+    }
+    out
+}
+
+/// The Prometheus text exposition of every counter.
+pub(crate) fn metrics(stats: &Stats, process: &Process) -> String {
+    let rows = stats.rows();
+    let mut out = String::new();
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP lb_tls_{name} {help}\n# TYPE lb_tls_{name} {kind}");
+    };
+    family(&mut out, "info", "gauge", "The running lb-tls: its version and TLS library.");
+    let _ = writeln!(
+        out,
+        "lb_tls_info{{version=\"{}\",library=\"{}\"}} 1",
+        escape(&process.version),
+        escape(&process.library)
+    );
+    family(&mut out, "uptime_seconds", "gauge", "Seconds since this worker started.");
+    let _ = writeln!(out, "lb_tls_uptime_seconds {}", stats.started.elapsed().as_secs());
+    type Figure = fn(&super::Totals, u64) -> u64;
+    let simple: [(&str, &str, &str, Figure); 8] = [
+        ("current_connections", "gauge", "Client connections open now.", |_, c| c),
+        ("max_connections", "gauge", "The most client connections open at once.", |t, _| t.max),
+        ("connections_total", "counter", "Client connections accepted.", |t, _| t.connections),
+        ("resumed_handshakes_total", "counter", "Handshakes that resumed a session.", |t, _| t.resumed),
+        ("backend_connection_errors_total", "counter", "Backend connections refused or timed out.", |t, _| {
+            t.backend_failures
+        }),
+        ("bytes_in_total", "counter", "Plaintext bytes received from clients.", |t, _| t.bytes_in),
+        ("bytes_out_total", "counter", "Plaintext bytes sent to clients.", |t, _| t.bytes_out),
+        ("handshakes_total", "counter", "Completed handshakes.", |t, _| t.handshakes),
+    ];
+    for (name, kind, help, figure) in simple {
+        family(&mut out, &format!("frontend_{name}"), kind, help);
+        for (fe, t, current) in &rows {
+            let _ = writeln!(out, "lb_tls_frontend_{name}{{frontend=\"{}\"}} {}", escape(fe), figure(t, *current));
+        }
+    }
+    family(&mut out, "frontend_protocol_handshakes_total", "counter", "Completed handshakes by TLS version.");
+    for (fe, t, _) in &rows {
+        for (i, v) in VERSIONS.iter().enumerate() {
+            let n = t.versions.get(i).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "lb_tls_frontend_protocol_handshakes_total{{frontend=\"{}\",version=\"{}\"}} {n}",
+                escape(fe),
+                version_key(v)
+            );
+        }
+    }
+    family(&mut out, "frontend_cipher_handshakes_total", "counter", "Completed handshakes by cipher.");
+    for (fe, t, _) in &rows {
+        for (cipher, n) in &t.ciphers {
+            let _ = writeln!(
+                out,
+                "lb_tls_frontend_cipher_handshakes_total{{frontend=\"{}\",cipher=\"{}\"}} {n}",
+                escape(fe),
+                escape(cipher)
+            );
+        }
+    }
+    family(&mut out, "frontend_failed_handshakes_total", "counter", "Handshakes that did not complete, by reason.");
+    for (fe, t, _) in &rows {
+        for (i, f) in Failure::ALL.iter().enumerate() {
+            let n = t.failures.get(i).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "lb_tls_frontend_failed_handshakes_total{{frontend=\"{}\",reason=\"{}\"}} {n}",
+                escape(fe),
+                f.name()
+            );
+        }
+    }
+    out
+}
+
+/// A label value as the text format wants it.
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

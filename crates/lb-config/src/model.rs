@@ -137,6 +137,11 @@ pub struct Bind {
     pub address: ListenAddr,
     /// A PROXY protocol header (v1 or v2) is required on every connection to this bind.
     pub accept_proxy: bool,
+    /// A Unix socket's permission bits, owner and group (`None`: the defaults, 0660 and
+    /// `global.user`/`global.group`); always `None` for TCP.
+    pub mode: Option<u32>,
+    pub user: Option<String>,
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

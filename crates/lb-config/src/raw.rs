@@ -159,12 +159,27 @@ pub(crate) enum RawBind {
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, expecting = "a map with `address` and `accept_proxy`")]
+#[serde(deny_unknown_fields, expecting = "a map with `address`, `accept_proxy`, and for a Unix socket `mode`, `user`, `group`")]
 pub(crate) struct RawBindMap {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) address: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) accept_proxy: Option<bool>,
+    /// Octal permission bits, `"0660"` (a YAML integer is read as its octal digits: `660`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mode: Option<RawMode>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) group: Option<String>,
+}
+
+/// A Unix socket's mode as written: `"0660"` or `660`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub(crate) enum RawMode {
+    Text(String),
+    Number(u64),
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::model::{Backend, CheckKind, Config, ErrorPages, Frontend, Global, HealthCheck, Server, Timeouts};
 use crate::raw::{
-    RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawRule, RawServer,
+    RawBackend, RawBind, RawBindMap, RawConfig, RawMode, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawRule, RawServer,
     RawStats, RawTimeouts, StatusKey,
 };
 use crate::units::{format_duration, format_size};
@@ -93,7 +93,15 @@ fn frontend(f: &Frontend) -> RawFrontend {
     let binds = f
         .binds
         .iter()
-        .map(|b| RawBind::Map(RawBindMap { address: Some(b.address.to_string()), accept_proxy: Some(b.accept_proxy) }))
+        .map(|b| {
+            RawBind::Map(RawBindMap {
+                address: Some(b.address.to_string()),
+                accept_proxy: Some(b.accept_proxy),
+                mode: b.mode.map(|m| RawMode::Text(format!("{m:04o}"))),
+                user: b.user.clone(),
+                group: b.group.clone(),
+            })
+        })
         .collect();
     let rules = f
         .rules

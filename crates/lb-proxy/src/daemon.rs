@@ -5,7 +5,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lb_config::Config;
-use lb_supervisor::{Daemon, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, Serving, Settings, Shutdown};
+use lb_supervisor::{
+    Daemon, ListenAddr, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, Serving, Settings, Shutdown, UnixAccess,
+};
+
+/// A Unix bind's mode unless the configuration says otherwise: the service's user and group
+/// (lb-tls runs as the same) may connect, nobody else.
+const UNIX_SOCKET_MODE: u32 = 0o660;
 
 /// The lb-proxy daemon, for [`lb_supervisor::main`].
 #[derive(Debug)]
@@ -28,6 +34,20 @@ impl Daemon for ProxyDaemon {
             user: global.user.clone(),
             group: global.group.clone(),
             worker_threads: global.worker_threads,
+            unix_access: config
+                .frontends
+                .iter()
+                .flat_map(|f| &f.binds)
+                .filter_map(|b| match &b.address {
+                    ListenAddr::Unix(path) => Some(UnixAccess {
+                        path: path.clone(),
+                        mode: b.mode.unwrap_or(UNIX_SOCKET_MODE),
+                        user: b.user.clone().or_else(|| global.user.clone()),
+                        group: b.group.clone().or_else(|| global.group.clone()),
+                    }),
+                    ListenAddr::Tcp(_) => None,
+                })
+                .collect(),
             settings: Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout),
         }
     }

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 /// A listening address: TCP (IPv4 or IPv6) or a Unix socket path (written `unix:/path`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ListenAddr {
@@ -64,4 +66,16 @@ mod tests {
         assert!("unix:".parse::<ListenAddr>().is_err());
         assert!("example.com:80".parse::<ListenAddr>().is_err());
     }
+}
+
+/// Who may connect to a Unix listening socket: its mode, and its owner and group when the
+/// process is root (HAProxy's `bind unix@… mode … user … group …`). A peer needs write
+/// permission on the socket file to connect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnixAccess {
+    pub path: PathBuf,
+    /// Permission bits, e.g. `0o660`.
+    pub mode: u32,
+    pub user: Option<String>,
+    pub group: Option<String>,
 }

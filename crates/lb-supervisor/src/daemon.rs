@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::runtime::{MasterLink, Runtime, RuntimeEndpoints};
-use crate::{ListenAddr, Listeners, Settings, Shutdown};
+use crate::{ListenAddr, Listeners, Settings, Shutdown, UnixAccess};
 
 /// Exit status for a usage error or a configuration that does not load at start (sysexits'
 /// EX_USAGE); `-c` exits 1 on a bad configuration, as `haproxy -c` does.
@@ -86,6 +86,8 @@ pub struct Plan {
     pub group: Option<String>,
     /// Runtime threads of a worker; `None`: one per core.
     pub worker_threads: Option<usize>,
+    /// Mode, owner and group of the Unix sockets in `listen`, set by each new worker.
+    pub unix_access: Vec<UnixAccess>,
     pub settings: Settings,
 }
 

@@ -52,7 +52,7 @@ mod shutdown;
 mod worker;
 
 pub use accept::{back_off_after, Accepted, AsyncListener};
-pub use addr::ListenAddr;
+pub use addr::{ListenAddr, UnixAccess};
 pub use daemon::{main, Daemon, Plan, Serving};
 pub use error::Error;
 pub use listen::{bind_all, bind_one, Listener, Listeners};

@@ -105,6 +105,31 @@ pub(crate) fn give_sockets(paths: &[&Path], user: Option<&str>, group: Option<&s
     Ok(())
 }
 
+/// Set each Unix listening socket's mode, and (as root) its owner and group: done by every new
+/// worker before it drops privileges, so a reload applies a changed `mode` to the socket kept.
+pub(crate) fn set_unix_access(sockets: &[crate::UnixAccess]) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt as _;
+    for access in sockets {
+        let path = &access.path;
+        if geteuid().is_root() && (access.user.is_some() || access.group.is_some()) {
+            let user = access.user.as_deref().map(lookup_user).transpose()?;
+            let gid = access.group.as_deref().map(lookup_group).transpose()?;
+            let uid = user.map(|u| u.uid);
+            chown(path, uid, gid).map_err(|source| Error::Privileges {
+                what: format!("giving {} to {}", path.display(), describe(uid, gid)),
+                source,
+            })?;
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode)).map_err(|e| {
+            Error::Privileges {
+                what: format!("setting mode {:04o} on {}", access.mode, path.display()),
+                source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+            }
+        })?;
+    }
+    Ok(())
+}
+
 fn describe(uid: Option<Uid>, gid: Option<Gid>) -> String {
     match (uid, gid) {
         (Some(uid), Some(gid)) => format!("uid {uid} gid {gid}"),

@@ -97,6 +97,7 @@ async fn serve<D: Daemon>(
     // Sockets this configuration no longer uses: this process's copies close now; the master
     // closes its own once this worker is ready.
     drop(held);
+    privileges::set_unix_access(&plan.unix_access).map_err(|e| e.to_string())?;
     privileges::drop_privileges(plan.user.as_deref(), plan.group.as_deref()).map_err(|e| e.to_string())?;
 
     let (handle, shutdown) = shutdown::channel();

@@ -4,7 +4,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lb_supervisor::{
-    Daemon, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, SecretSpec, Serving, Settings, Shutdown,
+    Daemon, ListenAddr, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, SecretSpec, Serving, Settings,
+    Shutdown, UnixAccess,
 };
 
 use crate::config::Config;
@@ -40,6 +41,20 @@ impl Daemon for TlsDaemon {
             user: global.user.clone(),
             group: global.group.clone(),
             worker_threads: global.worker_threads,
+            // A Unix frontend (behind a local load balancer): its user and group may connect.
+            unix_access: config
+                .frontends
+                .iter()
+                .filter_map(|f| match &f.bind {
+                    ListenAddr::Unix(path) => Some(UnixAccess {
+                        path: path.clone(),
+                        mode: 0o660,
+                        user: global.user.clone(),
+                        group: global.group.clone(),
+                    }),
+                    ListenAddr::Tcp(_) => None,
+                })
+                .collect(),
             settings: Settings {
                 secret: ticket_keys_from_master(config),
                 ..Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout)

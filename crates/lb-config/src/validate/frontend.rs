@@ -6,8 +6,8 @@ use super::Ctx;
 use crate::address::parse_listen;
 use crate::error_pages::merged;
 use crate::locate::{child, item};
-use crate::model::{Bind, Frontend, Mode, Rule};
-use crate::raw::{RawBind, RawFrontend, RawRule};
+use crate::model::{Bind, Frontend, ListenAddr, Mode, Rule};
+use crate::raw::{RawBind, RawFrontend, RawMode, RawRule};
 
 /// A frontend, with where each of its binds was written (for the checks across frontends).
 #[derive(Debug)]
@@ -54,20 +54,50 @@ pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Def
 
 /// A string entry takes the frontend's `accept_proxy`; a map entry may set its own.
 fn bind(ctx: &mut Ctx<'_>, path: &str, raw: &RawBind, accept_proxy: bool) -> Option<(String, Bind)> {
-    let (text, field, accept_proxy) = match raw {
-        RawBind::Address(text) => (text, path.to_owned(), accept_proxy),
+    let (text, field, accept_proxy, map) = match raw {
+        RawBind::Address(text) => (text, path.to_owned(), accept_proxy, None),
         RawBind::Map(map) => {
             let Some(text) = &map.address else {
                 ctx.error(path, "missing `address`");
                 return None;
             };
-            (text, child(path, "address"), map.accept_proxy.unwrap_or(accept_proxy))
+            (text, child(path, "address"), map.accept_proxy.unwrap_or(accept_proxy), Some(map))
         }
     };
-    match parse_listen(text, ctx.base) {
-        Ok(address) => Some((field, Bind { address, accept_proxy })),
+    let address = match parse_listen(text, ctx.base) {
+        Ok(address) => address,
         Err(message) => {
             ctx.error(&field, message);
+            return None;
+        }
+    };
+    let mut bind = Bind { address, accept_proxy, mode: None, user: None, group: None };
+    if let Some(map) = map {
+        let unix = matches!(bind.address, ListenAddr::Unix(_));
+        for (key, given) in [("mode", map.mode.is_some()), ("user", map.user.is_some()), ("group", map.group.is_some())] {
+            if given && !unix {
+                ctx.error(&child(path, key), format!("only for a Unix socket (unix:/path), not {}", bind.address));
+            }
+        }
+        if unix {
+            bind.mode = map.mode.as_ref().and_then(|m| socket_mode(ctx, &child(path, "mode"), m));
+            bind.user = ctx.word(path, "user", map.user.as_ref());
+            bind.group = ctx.word(path, "group", map.group.as_ref());
+        }
+    }
+    Some((field, bind))
+}
+
+/// `"0660"`, `"660"` or `660`: octal permission bits, at most 0777.
+fn socket_mode(ctx: &mut Ctx<'_>, field: &str, raw: &RawMode) -> Option<u32> {
+    let digits = match raw {
+        RawMode::Text(text) => text.trim().to_owned(),
+        RawMode::Number(n) => n.to_string(),
+    };
+    match u32::from_str_radix(&digits, 8) {
+        Ok(mode) if mode <= 0o777 && !digits.is_empty() => Some(mode),
+        _ => {
+            ctx.error(field, format!("`{digits}` is not a mode: octal digits, at most 0777 (e.g. \"0660\")"));
             None
         }
     }

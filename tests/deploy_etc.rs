@@ -99,7 +99,9 @@ fn the_example_files_pass_their_checks_together() {
     // They agree: lb-tls forwards to lb-proxy's PROXY-protocol bind for TLS traffic.
     let proxy_config = lb_config::Config::load(&proxy).expect("lb-proxy.yaml");
     let https_in = proxy_config.frontend("https_in").expect("https_in");
-    let backend = value_of(&tls_text, "address").expect("lb-tls backend address");
+    // Both as installed (the run directory moved under the test's own).
+    let installed_tls = read(&tls);
+    let backend = value_of(&installed_tls, "address").expect("lb-tls backend address");
     assert!(
         https_in.binds.iter().any(|b| b.accept_proxy && b.address.to_string() == backend),
         "lb-tls forwards to {backend}, a PROXY bind of lb-proxy's https_in"

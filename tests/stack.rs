@@ -3,7 +3,8 @@
 //!
 //! API servers register themselves the registrar way (`lbctl register`, `host` records, each
 //! server on its own loopback address); lb-watcher turns them into lb-proxy's backend; clients
-//! come through lb-tls (curl, TLS, PROXY v2 to lb-proxy). Under one continuous load through TLS:
+//! come through lb-tls (curl, TLS, PROXY v2 to lb-proxy over a Unix socket, as etc/ deploys
+//! them: mode 0660, the services' own user and group). Under one continuous load through TLS:
 //! a fourth server registers and receives requests, one deregisters and is drained away, lb-proxy
 //! and lb-tls reload, and ZooKeeper restarts; not one request fails, and membership changes
 //! start no lb-proxy worker.
@@ -71,7 +72,8 @@ impl Drop for Api {
 }
 
 /// lb-proxy: a PROXY-protocol bind for lb-tls (ports[0]); the backend starts empty.
-fn proxy_yaml(ports: &[u16]) -> String {
+/// lb-proxy's configuration; `socket`: the Unix socket lb-tls forwards to.
+fn proxy_yaml(ports: &[u16], socket: &Path) -> String {
     format!(
         r#"global:
   worker_threads: 1
@@ -79,7 +81,9 @@ defaults:
   timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}
 frontends:
   - name: https_in
-    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
+    bind:
+      - {{ address: "127.0.0.1:{p}", accept_proxy: true }}
+      - {{ address: "unix:{socket}", accept_proxy: true }}
     tls: true
     default_backend: secure_api
 backends:
@@ -87,7 +91,8 @@ backends:
     health_check: {{ type: http, path: /ping, interval: 500ms, rise: 1, fall: 2 }}
     servers: []
 "#,
-        p = ports[0]
+        p = ports[0],
+        socket = socket.display()
     )
 }
 
@@ -114,9 +119,11 @@ services:
     WatcherProcess::start(dir, &yaml).await
 }
 
-fn start_tls(certs: &TestCerts, proxy: &ProxyProcess) -> TlsProcess {
+fn start_tls(certs: &TestCerts, socket: &Path) -> TlsProcess {
     let pem = certs.server("api", &["api.example.test"]).display().to_string();
-    let backend = proxy.addr();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(socket).expect("the socket").permissions());
+    assert_eq!(mode & 0o777, 0o660, "a Unix bind is 0660 unless configured otherwise");
+    let backend = format!("unix:{}", socket.display());
     TlsProcess::start_with(1, move |ports| {
         format!(
             r#"global:
@@ -228,11 +235,12 @@ async fn the_stack_under_load_loses_nothing_through_churn_reloads_and_a_zookeepe
     let mut zk = ZkServer::start();
     let api_port = free_port();
     let mut apis: Vec<Api> = (1..=3).map(|n| Api::start(n, api_port, &zk)).collect();
-    let proxy = ProxyProcess::start_with(1, proxy_yaml);
     let dir = tempfile::tempdir().expect("a temporary directory");
+    let socket = dir.path().join("proxy-tls.sock");
+    let proxy = ProxyProcess::start_with(1, |ports| proxy_yaml(ports, &socket));
     let watcher = watcher_for(dir.path(), &proxy, &zk, api_port).await;
     let certs = TestCerts::new();
-    let tls = start_tls(&certs, &proxy);
+    let tls = start_tls(&certs, &socket);
     let url = format!("https://{}/", tls.addr());
     let worker = proxy.current_worker().await.expect("a worker");
 

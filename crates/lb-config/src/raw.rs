@@ -159,7 +159,10 @@ pub(crate) enum RawBind {
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, expecting = "a map with `address`, `accept_proxy`, and for a Unix socket `mode`, `user`, `group`")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a map with `address`, `accept_proxy`, and for a Unix socket `mode`, `user`, `group`"
+)]
 pub(crate) struct RawBindMap {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) address: Option<String>,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::model::{Backend, CheckKind, Config, ErrorPages, Frontend, Global, HealthCheck, Server, Timeouts};
 use crate::raw::{
-    RawBackend, RawBind, RawBindMap, RawConfig, RawMode, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawRule, RawServer,
-    RawStats, RawTimeouts, StatusKey,
+    RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawMode, RawRule,
+    RawServer, RawStats, RawTimeouts, StatusKey,
 };
 use crate::units::{format_duration, format_size};
 

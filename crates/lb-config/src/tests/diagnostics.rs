@@ -63,8 +63,7 @@ fn bind_entries_are_an_address_or_a_map_of_known_keys() {
     let text = MINIMAL.replace("[127.0.0.1:8080]", "[{ address: '127.0.0.1:8080', bogus: 1 }]");
     assert_eq!(
         error(&text),
-        "proxy.yaml:3:41: frontends[0].bind[0]: unknown field `bogus`, expected `address` or \
-         `accept_proxy`"
+        "proxy.yaml:3:41: frontends[0].bind[0]: unknown field `bogus`, expected one of `address`, `accept_proxy`, `mode`, `user`, `group`"
     );
     let text = MINIMAL.replace("[127.0.0.1:8080]", "[[1]]");
     assert_eq!(
@@ -307,4 +306,42 @@ fn stats_and_runtime_address_settings() {
         let got = errors(&text).join("\n");
         assert!(got.contains(message), "{global}: {got}");
     }
+}
+
+#[test]
+fn a_unix_bind_takes_a_mode_user_and_group_and_a_tcp_bind_does_not() {
+    let text = "\
+frontends:
+  - name: web
+    bind:
+      - { address: unix:/run/lb/in.sock, mode: \"0640\", user: lb, group: www }
+      - { address: unix:/run/lb/other.sock, mode: 660 }
+    default_backend: app
+backends:
+  - name: app
+";
+    let config = super::parse_ok(text);
+    let binds = &config.frontends[0].binds;
+    assert_eq!(
+        (binds[0].mode, binds[0].user.as_deref(), binds[0].group.as_deref()),
+        (Some(0o640), Some("lb"), Some("www"))
+    );
+    assert_eq!(binds[1].mode, Some(0o660), "a YAML number is read as octal digits, as HAProxy's `mode 660`");
+    let text = "\
+frontends:
+  - name: web
+    bind:
+      - { address: 127.0.0.1:8080, mode: \"0600\" }
+      - { address: unix:/run/lb/in.sock, mode: \"0999\" }
+    default_backend: app
+backends:
+  - name: app
+";
+    let all = errors(text);
+    assert!(
+        all.iter()
+            .any(|e| e.contains("frontends[0].bind[0].mode: only for a Unix socket (unix:/path), not 127.0.0.1:8080")),
+        "{all:#?}"
+    );
+    assert!(all.iter().any(|e| e.contains("frontends[0].bind[1].mode: `0999` is not a mode")), "{all:#?}");
 }

@@ -66,15 +66,13 @@ fn a_hand_built_config_survives_a_round_trip() {
     config.global.user = Some("123".to_owned());
     config.global.log.target = LogTarget::SyslogUnix(PathBuf::from("/dev/log"));
     config.global.log.hostname = Some("true".to_owned());
-    config.frontends[0]
-        .binds
-        .push(Bind {
-            address: ListenAddr::Unix(PathBuf::from("/run/x y.sock")),
-            accept_proxy: true,
-            mode: Some(0o640),
-            user: Some("lb".into()),
-            group: None,
-        });
+    config.frontends[0].binds.push(Bind {
+        address: ListenAddr::Unix(PathBuf::from("/run/x y.sock")),
+        accept_proxy: true,
+        mode: Some(0o640),
+        user: Some("lb".into()),
+        group: None,
+    });
     config.frontends[0].max_header_size = 10_000;
     config.frontends[0].timeouts.client = Duration::from_millis(90_061);
     let backend = &mut config.backends[0];

@@ -30,7 +30,16 @@ fn a_minimal_config_gets_every_default() {
     let web = config.frontend("web").expect("frontend web");
     assert_eq!(web.mode, Mode::Http);
     assert!(!web.tls);
-    assert_eq!(web.binds, vec![Bind { address: ListenAddr::Tcp(addr("127.0.0.1:8080")), accept_proxy: false, mode: None, user: None, group: None }]);
+    assert_eq!(
+        web.binds,
+        vec![Bind {
+            address: ListenAddr::Tcp(addr("127.0.0.1:8080")),
+            accept_proxy: false,
+            mode: None,
+            user: None,
+            group: None
+        }]
+    );
     assert_eq!(web.max_connections, None);
     assert_eq!(web.max_header_size, 16 * 1024);
     assert!(web.forward_for);

@@ -74,7 +74,8 @@ fn bind(ctx: &mut Ctx<'_>, path: &str, raw: &RawBind, accept_proxy: bool) -> Opt
     let mut bind = Bind { address, accept_proxy, mode: None, user: None, group: None };
     if let Some(map) = map {
         let unix = matches!(bind.address, ListenAddr::Unix(_));
-        for (key, given) in [("mode", map.mode.is_some()), ("user", map.user.is_some()), ("group", map.group.is_some())] {
+        for (key, given) in [("mode", map.mode.is_some()), ("user", map.user.is_some()), ("group", map.group.is_some())]
+        {
             if given && !unix {
                 ctx.error(&child(path, key), format!("only for a Unix socket (unix:/path), not {}", bind.address));
             }

@@ -138,38 +138,28 @@ pub(crate) fn metrics(stats: &Stats, process: &Process) -> String {
     for (fe, t, _) in &rows {
         for (i, v) in VERSIONS.iter().enumerate() {
             let n = t.versions.get(i).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "lb_tls_frontend_protocol_handshakes_total{{frontend=\"{}\",version=\"{}\"}} {n}",
-                escape(fe),
-                version_key(v)
-            );
+            sample(&mut out, "frontend_protocol_handshakes_total", fe, ("version", &version_key(v)), n);
         }
     }
     family(&mut out, "frontend_cipher_handshakes_total", "counter", "Completed handshakes by cipher.");
     for (fe, t, _) in &rows {
         for (cipher, n) in &t.ciphers {
-            let _ = writeln!(
-                out,
-                "lb_tls_frontend_cipher_handshakes_total{{frontend=\"{}\",cipher=\"{}\"}} {n}",
-                escape(fe),
-                escape(cipher)
-            );
+            sample(&mut out, "frontend_cipher_handshakes_total", fe, ("cipher", cipher), *n);
         }
     }
     family(&mut out, "frontend_failed_handshakes_total", "counter", "Handshakes that did not complete, by reason.");
     for (fe, t, _) in &rows {
         for (i, f) in Failure::ALL.iter().enumerate() {
             let n = t.failures.get(i).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "lb_tls_frontend_failed_handshakes_total{{frontend=\"{}\",reason=\"{}\"}} {n}",
-                escape(fe),
-                f.name()
-            );
+            sample(&mut out, "frontend_failed_handshakes_total", fe, ("reason", f.name()), n);
         }
     }
     out
+}
+
+/// One sample of a family labelled by frontend and one more label.
+fn sample(out: &mut String, name: &str, frontend: &str, (label, value): (&str, &str), n: u64) {
+    let _ = writeln!(out, "lb_tls_{name}{{frontend=\"{}\",{label}=\"{}\"}} {n}", escape(frontend), escape(value));
 }
 
 /// A label value as the text format wants it.

@@ -5,11 +5,11 @@
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use lb_testkit::runtime::{parse_prometheus, parse_stat_csv, send_line, Metrics, StatRow};
-use lb_testkit::{client, free_port, wait_until, ProxyProcess, TestServer};
+use lb_testkit::haproxy::haproxy_answers;
+use lb_testkit::runtime::{parse_prometheus, parse_stat_csv, Metrics, StatRow};
+use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
 
 fn config(s1: &TestServer, s2: &TestServer) -> impl Fn(&[u16]) -> String {
     let (a1, a2) = (s1.addr(), s2.addr());
@@ -84,38 +84,8 @@ fn metrics(proxy: &ProxyProcess) -> Metrics {
 
 /// The header of Debian's haproxy's `show stat`, from a haproxy run here.
 fn haproxy_header() -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("haproxy.sock");
-    let cfg = dir.path().join("haproxy.cfg");
-    let port = free_port();
-    std::fs::write(
-        &cfg,
-        format!(
-            "global\n  stats socket {} mode 600 level admin\ndefaults\n  mode http\n  timeout connect 1s\n  \
-             timeout client 5s\n  timeout server 5s\nfrontend web\n  bind 127.0.0.1:{port}\n  default_backend api\n\
-             backend api\n  server a1 127.0.0.1:1\n",
-            socket.display()
-        ),
-    )
-    .expect("write haproxy.cfg");
-    let mut haproxy = Command::new("haproxy")
-        .args(["-db", "-f"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run haproxy (Debian's haproxy package)");
-    let mut answer = String::new();
-    for _ in 0..200 {
-        if let Ok(text) = send_line(&socket, "show stat") {
-            answer = text;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = haproxy.kill();
-    let _ = haproxy.wait();
-    answer.lines().next().expect("haproxy answered show stat").to_owned()
+    let answers = haproxy_answers(&["show stat"]);
+    answers[0].lines().next().expect("haproxy answered show stat").to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

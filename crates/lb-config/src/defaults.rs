@@ -11,6 +11,8 @@ pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
 pub(crate) const RUNTIME_SOCKET: &str = "/var/run/lb/lb-proxy-runtime.sock";
 pub(crate) const STATS_REFRESH: Duration = Duration::from_secs(5);
 pub(crate) const LOG_TAG: &str = "haproxy";
+/// `show info`'s `Name:`.
+pub(crate) const RUNTIME_NAME: &str = "lb-proxy";
 /// As the Manta deployment ran HAProxy.
 pub(crate) const MAX_OLD_WORKERS: usize = 10;
 pub(crate) const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,6 +74,7 @@ impl Default for Global {
             worker_start_timeout: WORKER_START_TIMEOUT,
             hard_stop_after: None,
             close_spread: CLOSE_SPREAD,
+            runtime_name: RUNTIME_NAME.to_owned(),
         }
     }
 }

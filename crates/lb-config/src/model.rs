@@ -46,6 +46,8 @@ pub struct Global {
     /// Reloads: a draining worker closes its idle keep-alive connections spread over this long,
     /// so that their clients do not all reconnect at once.
     pub close_spread: Duration,
+    /// `Name:` in `show info`: `lb-proxy` by default; `HAProxy` for tooling that insists on it.
+    pub runtime_name: String,
 }
 
 /// `global.stats`: an HTTP listener of each worker serving the stats page (`/`), Prometheus

@@ -53,6 +53,8 @@ pub(crate) struct RawGlobal {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) close_spread: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) runtime_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log: Option<RawLog>,
 }
 

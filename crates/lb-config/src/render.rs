@@ -58,6 +58,7 @@ fn global(g: &Global) -> RawGlobal {
         worker_start_timeout: duration(g.worker_start_timeout),
         hard_stop_after: g.hard_stop_after.and_then(duration),
         close_spread: duration(g.close_spread),
+        runtime_name: Some(g.runtime_name.clone()),
         log: Some(RawLog {
             target: Some(g.log.target.to_string()),
             format: Some(g.log.format.to_string()),

@@ -126,6 +126,11 @@ impl Logger {
         Ok(Logger { inner: Arc::new(Inner { format: cfg.format, ident, framing, sink }) })
     }
 
+    /// Lines dropped so far (`show info`'s DroppedLogs).
+    pub(crate) fn dropped(&self) -> u64 {
+        self.inner.sink.dropped()
+    }
+
     /// Logs one HTTP request; `now` is the line's time stamp.
     pub(crate) fn http(&self, rec: &HttpLog<'_>, now: SystemTime) {
         self.emit(Record::Http(rec), now);

@@ -18,6 +18,7 @@ mod tests;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use lb_supervisor::report::Format;
 use lb_supervisor::{MasterLink, Runtime, RuntimeResult, Shutdown};
 
 use crate::counters::Snapshot;
@@ -38,10 +39,12 @@ The following commands are valid at this level:
   set server <bk>/<srv> state <state>     : set a server's state: ready, drain or maint
   set server <bk>/<srv> weight <w>        : set a server's weight (0 to 256)
   set weight <bk>/<srv> <w>               : set a server's weight (0 to 256)
-  show info                               : report information about the running process
+  set timeout cli <delay>                 : change this connection's idle timeout (seconds, or with a unit)
+  show info [typed|json]                  : report information about the running process
+  show schema json                        : the JSON schema of the json forms
   show servers state [<backend>]          : dump volatile server information (all or for a single backend)
   show sess                               : report a summary of the current sessions
-  show stat [<iid>|<proxy> <type> <sid>]  : report counters for each proxy and server (CSV)
+  show stat [<iid>|<proxy> <type> <sid>] [typed|json] : report counters for each proxy and server
   shutdown sessions server <bk>/<srv>     : close every connection to a server";
 
 /// lb-proxy's answers to runtime commands, for one worker.
@@ -70,15 +73,19 @@ impl ProxyRuntime {
         let words: Vec<&str> = command.split_whitespace().collect();
         match words.as_slice() {
             ["help", ..] => RuntimeResult::ok(HELP),
-            ["show", "stat"] => RuntimeResult::ok(stats::csv(&self.proxy)),
-            ["show", "stat", rest @ ..] => match stats::Filter::parse(rest) {
-                Ok(filter) => RuntimeResult::ok(stats::csv_filtered(&self.proxy, &filter)),
+            ["show", "stat", rest @ ..] => {
+                match Format::take(rest).and_then(|(format, rest)| Ok((format, stats::Filter::parse(&rest)?))) {
+                    Ok((format, filter)) => RuntimeResult::ok(stats::show_stat(&self.proxy, &filter, format)),
+                    Err(message) => RuntimeResult::refused(message),
+                }
+            }
+            // HAProxy ignores words it does not know after `show info`; so does this.
+            ["show", "info", rest @ ..] => match Format::take(rest) {
+                Ok((format, _)) => RuntimeResult::ok(stats::info(&self.proxy, format)),
                 Err(message) => RuntimeResult::refused(message),
             },
-            ["show", "info", rest @ ..] => match rest {
-                [] => RuntimeResult::ok(stats::info(&self.proxy)),
-                _ => RuntimeResult::refused("'show info' takes no option here (json, typed are not supported)."),
-            },
+            ["show", "schema", "json"] => RuntimeResult::ok(lb_supervisor::report::schema_json()),
+            ["show", "schema", ..] => RuntimeResult::refused("Usage: show schema json."),
             ["show", "servers", "state"] => RuntimeResult::ok(stats::servers_state(&self.proxy, None)),
             ["show", "servers", "state", backend] => match self.proxy.backends.get(backend) {
                 Some(_) => RuntimeResult::ok(stats::servers_state(&self.proxy, Some(backend))),

@@ -46,6 +46,8 @@ pub(crate) struct Proxy {
     pub(crate) threads: usize,
     pub(crate) started: std::time::Instant,
     pub(crate) started_at: std::time::SystemTime,
+    /// `show info`'s `Name:` (`global.runtime_name`).
+    pub(crate) runtime_name: String,
     shutdown: Shutdown,
     /// True once the counters of the previous worker were added (or there were none): stats
     /// wait for it, so that no scrape sees counters drop at a reload.
@@ -262,6 +264,7 @@ pub async fn start_supervised(
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         started: std::time::Instant::now(),
         started_at: std::time::SystemTime::now(),
+        runtime_name: config.global.runtime_name.clone(),
         shutdown: shutdown.clone(),
         // Without a master there is no predecessor to wait for.
         counters_ready: tokio::sync::watch::Sender::new(!master.is_attached()),

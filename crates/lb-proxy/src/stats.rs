@@ -11,6 +11,7 @@
 //! - `info`: `show info` and `show servers state`.
 //! - `http`: the stats listener (HTML page, `/metrics`, `/;csv`); `html`, `metrics`: their bodies.
 
+mod columns;
 mod html;
 mod http;
 mod info;
@@ -23,145 +24,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lb_config::AdminState;
+use lb_supervisor::report::{self, Format, ObjType, StatObject};
 
 use crate::backend::{BackendState, ServerState};
 use crate::counters::{unix_now, Counters, ServerTotals, Snapshot};
 use crate::serve::{FrontendState, Proxy};
 
+pub(crate) use columns::COLUMNS;
 pub(crate) use http::serve as serve_http;
 pub(crate) use info::{info, servers_state};
-
-/// HAProxy 2.6's `show stat` header, every column in its order (`-` is its own placeholder).
-pub(crate) const COLUMNS: &[&str] = &[
-    "pxname",
-    "svname",
-    "qcur",
-    "qmax",
-    "scur",
-    "smax",
-    "slim",
-    "stot",
-    "bin",
-    "bout",
-    "dreq",
-    "dresp",
-    "ereq",
-    "econ",
-    "eresp",
-    "wretr",
-    "wredis",
-    "status",
-    "weight",
-    "act",
-    "bck",
-    "chkfail",
-    "chkdown",
-    "lastchg",
-    "downtime",
-    "qlimit",
-    "pid",
-    "iid",
-    "sid",
-    "throttle",
-    "lbtot",
-    "tracked",
-    "type",
-    "rate",
-    "rate_lim",
-    "rate_max",
-    "check_status",
-    "check_code",
-    "check_duration",
-    "hrsp_1xx",
-    "hrsp_2xx",
-    "hrsp_3xx",
-    "hrsp_4xx",
-    "hrsp_5xx",
-    "hrsp_other",
-    "hanafail",
-    "req_rate",
-    "req_rate_max",
-    "req_tot",
-    "cli_abrt",
-    "srv_abrt",
-    "comp_in",
-    "comp_out",
-    "comp_byp",
-    "comp_rsp",
-    "lastsess",
-    "last_chk",
-    "last_agt",
-    "qtime",
-    "ctime",
-    "rtime",
-    "ttime",
-    "agent_status",
-    "agent_code",
-    "agent_duration",
-    "check_desc",
-    "agent_desc",
-    "check_rise",
-    "check_fall",
-    "check_health",
-    "agent_rise",
-    "agent_fall",
-    "agent_health",
-    "addr",
-    "cookie",
-    "mode",
-    "algo",
-    "conn_rate",
-    "conn_rate_max",
-    "conn_tot",
-    "intercepted",
-    "dcon",
-    "dses",
-    "wrew",
-    "connect",
-    "reuse",
-    "cache_lookups",
-    "cache_hits",
-    "srv_icur",
-    "src_ilim",
-    "qtime_max",
-    "ctime_max",
-    "rtime_max",
-    "ttime_max",
-    "eint",
-    "idle_conn_cur",
-    "safe_conn_cur",
-    "used_conn_cur",
-    "need_conn_est",
-    "uweight",
-    "agg_server_status",
-    "agg_server_check_status",
-    "agg_check_status",
-    "-",
-    "ssl_sess",
-    "ssl_reused_sess",
-    "ssl_failed_handshake",
-    "h2_headers_rcvd",
-    "h2_data_rcvd",
-    "h2_settings_rcvd",
-    "h2_rst_stream_rcvd",
-    "h2_goaway_rcvd",
-    "h2_detected_conn_protocol_errors",
-    "h2_detected_strm_protocol_errors",
-    "h2_rst_stream_resp",
-    "h2_goaway_resp",
-    "h2_open_connections",
-    "h2_backend_open_streams",
-    "h2_total_connections",
-    "h2_backend_total_streams",
-    "h1_open_connections",
-    "h1_open_streams",
-    "h1_total_connections",
-    "h1_total_streams",
-    "h1_bytes_in",
-    "h1_bytes_out",
-    "h1_spliced_bytes_in",
-    "h1_spliced_bytes_out",
-];
 
 /// HAProxy's process number column (`pid`): lb-proxy has one serving process.
 const PROCESS_NUMBER: u32 = 1;
@@ -177,8 +48,9 @@ impl Row {
     }
 
     fn set(&mut self, column: &str, value: impl ToString) -> &mut Row {
-        if let Some(i) = COLUMNS.iter().position(|c| *c == column) {
-            self.cells[i] = value.to_string();
+        match columns::index(column) {
+            Some(i) => self.cells[i] = value.to_string(),
+            None => debug_assert!(false, "show stat has no column {column}"),
         }
         self
     }
@@ -287,8 +159,11 @@ impl Filter {
     pub(crate) const ALL: Filter = Filter { proxy: None, types: 7, sid: None };
 
     pub(crate) fn parse(words: &[&str]) -> Result<Filter, String> {
+        if words.is_empty() {
+            return Ok(Filter::ALL);
+        }
         let [proxy, types, sid] = words else {
-            return Err("Usage: show stat [{<iid>|<proxy>} <type> <sid>] (desc, json, typed are not supported).".into());
+            return Err("Usage: show stat [{<iid>|<proxy>} <type> <sid>] [typed|json].".into());
         };
         let proxy = (*proxy != "-1").then(|| (*proxy).to_owned());
         let types = match types.parse::<i64>() {
@@ -316,17 +191,59 @@ impl Filter {
 /// `show stat`: the header, then each frontend, and each backend's servers followed by the
 /// backend itself, as HAProxy orders them.
 pub(crate) fn csv(proxy: &Proxy) -> String {
-    csv_filtered(proxy, &Filter::ALL)
+    show_stat(proxy, &Filter::ALL, Format::Plain)
 }
 
-pub(crate) fn csv_filtered(proxy: &Proxy, filter: &Filter) -> String {
-    let mut out = String::from("# ");
-    out.push_str(&COLUMNS.join(","));
-    out.push_str(",\n");
+/// `show stat [filter] [typed|json]`.
+pub(crate) fn show_stat(proxy: &Proxy, filter: &Filter, format: Format) -> String {
+    let rows = rows(proxy, filter);
+    match format {
+        Format::Plain => {
+            let mut out = String::from("# ");
+            for (name, _, _) in COLUMNS {
+                out.push_str(name);
+                out.push(',');
+            }
+            out.push('\n');
+            for (_, row) in &rows {
+                out.push_str(&row.line());
+                out.push('\n');
+            }
+            out
+        }
+        Format::Typed | Format::Json => {
+            // The typed forms have no position for HAProxy's `-` separator column.
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|(_, row)| {
+                    row.cells
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| *i != columns::SEPARATOR)
+                        .map(|(_, c)| c.clone())
+                        .collect()
+                })
+                .collect();
+            let objects: Vec<StatObject<'_>> = rows
+                .iter()
+                .zip(&cells)
+                .map(|((key, _), cells)| StatObject { obj: key.0, iid: key.1, sid: key.2, cells })
+                .collect();
+            if format == Format::Typed {
+                report::stat_typed(&columns::typed_field, &objects)
+            } else {
+                report::stat_json(&columns::typed_field, &objects)
+            }
+        }
+    }
+}
+
+/// Each selected object, with its kind, proxy id and server id, in HAProxy's order.
+fn rows(proxy: &Proxy, filter: &Filter) -> Vec<((ObjType, usize, usize), Row)> {
+    let mut rows = Vec::new();
     for (i, fe) in proxy.frontends.iter().enumerate() {
         if filter.types & 1 != 0 && filter.proxy(frontend_id(i), fe.name()) && filter.sid.is_none() {
-            out.push_str(&frontend_row(proxy, i, fe).line());
-            out.push('\n');
+            rows.push(((ObjType::Frontend, frontend_id(i), 0), frontend_row(proxy, i, fe)));
         }
     }
     for (i, backend) in proxy.backends.iter().enumerate() {
@@ -336,16 +253,14 @@ pub(crate) fn csv_filtered(proxy: &Proxy, filter: &Filter) -> String {
         }
         if filter.types & 4 != 0 {
             for server in backend.servers().iter().filter(|s| filter.sid.is_none_or(|sid| sid == server_id(s))) {
-                out.push_str(&server_row(backend, server, iid).line());
-                out.push('\n');
+                rows.push(((ObjType::Server, iid, server_id(server)), server_row(backend, server, iid)));
             }
         }
         if filter.types & 2 != 0 && filter.sid.is_none() {
-            out.push_str(&backend_row(backend, iid).line());
-            out.push('\n');
+            rows.push(((ObjType::Backend, iid, 0), backend_row(backend, iid)));
         }
     }
-    out
+    rows
 }
 
 fn frontend_row(proxy: &Proxy, index: usize, fe: &FrontendState) -> Row {

@@ -26,6 +26,8 @@
 //! - `control`: the control socket, both ends.
 //! - `runtime`: runtime commands: the [`Runtime`] handler a daemon provides, routing to the
 //!   current worker, the HAProxy-style runtime socket, [`MasterLink`].
+//! - `report`: HAProxy's `show info` fields and its typed and JSON forms of `show info` and
+//!   `show stat`, for every daemon's runtime commands.
 //! - `secret`: secrets the master makes, renews and hands to its workers ([`SecretSpec`],
 //!   [`Secret`]), e.g. lb-tls's ticket keys.
 //! - `notify`: systemd's `sd_notify`.
@@ -46,6 +48,7 @@ mod master;
 mod notify;
 mod privileges;
 mod protocol;
+pub mod report;
 mod runtime;
 mod secret;
 mod shutdown;

@@ -16,7 +16,7 @@
 //! existing scripts (`echo "show stat" | socat stdio unix:…`) work unchanged. `prompt` switches
 //! to HAProxy's interactive mode, for a person at `socat readline`: after each line's answers a
 //! `> ` prompt, and the connection stays open until `quit`, another `prompt`, end of input or
-//! 10 minutes without a line.
+//! 10 minutes without a line (`set timeout cli <delay>` sets that connection's own limit, as hatop does).
 //!
 //! The same channel carries what a daemon needs of its neighbours: the counters of the worker it
 //! replaced ([`Runtime::snapshot`] / [`Runtime::inherit`]), and the master's `show proc`
@@ -195,17 +195,31 @@ pub(crate) async fn serve_tcp(listener: tokio::net::TcpListener, forward: Forwar
     }
 }
 
+/// One runtime-socket connection's own settings, changed by the commands the connection
+/// answers itself (`prompt`, `set timeout cli`).
+#[derive(Debug, Default)]
+struct Session {
+    interactive: bool,
+    /// `set timeout cli`: this connection's idle limit, in place of the defaults.
+    timeout: Option<Duration>,
+}
+
+impl Session {
+    fn idle(&self) -> Duration {
+        self.timeout.unwrap_or(if self.interactive { PROMPT_IDLE_TIMEOUT } else { IDLE_TIMEOUT })
+    }
+}
+
 /// One client: one line of commands, their answers, then close (HAProxy's non-interactive mode);
 /// or, after `prompt`, line after line with a prompt after each (interactive mode).
 async fn client<S: AsyncRead + AsyncWrite + Unpin>(stream: S, forward: Forward) {
     let (read, mut write) = tokio::io::split(stream);
     let mut reader = BufReader::new(read);
-    let mut interactive = false;
+    let mut session = Session::default();
     loop {
-        let idle = if interactive { PROMPT_IDLE_TIMEOUT } else { IDLE_TIMEOUT };
         let mut line = Vec::new();
         let mut limited = (&mut reader).take((MAX_LINE + 1) as u64);
-        match tokio::time::timeout(idle, limited.read_until(b'\n', &mut line)).await {
+        match tokio::time::timeout(session.idle(), limited.read_until(b'\n', &mut line)).await {
             Ok(Ok(0)) | Err(_) => break,
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
@@ -216,14 +230,14 @@ async fn client<S: AsyncRead + AsyncWrite + Unpin>(stream: S, forward: Forward) 
         let (answer, go_on) = if line.len() > MAX_LINE {
             (framed(&format!("Command line longer than {MAX_LINE} bytes.")), false)
         } else {
-            answer_line(&String::from_utf8_lossy(&line), &mut interactive, &forward).await
+            answer_line(&String::from_utf8_lossy(&line), &mut session, &forward).await
         };
-        let prompt = if go_on && interactive { "> " } else { "" };
+        let prompt = if go_on && session.interactive { "> " } else { "" };
         if let Err(e) = write.write_all(format!("{answer}{prompt}").as_bytes()).await {
             tracing::debug!("runtime socket: writing an answer: {e}");
             break;
         }
-        if !(go_on && interactive) {
+        if !(go_on && session.interactive) {
             break;
         }
     }
@@ -231,18 +245,29 @@ async fn client<S: AsyncRead + AsyncWrite + Unpin>(stream: S, forward: Forward) 
 }
 
 /// The answers to one line, and whether the connection may go on (not after `quit`, nor after
-/// a `prompt` that left interactive mode). `prompt` and `quit` are the connection's own
-/// commands, answered here, as HAProxy's CLI does, without a line of output.
-async fn answer_line(text: &str, interactive: &mut bool, forward: &Forward) -> (String, bool) {
+/// a `prompt` that left interactive mode). `prompt`, `quit` and `set timeout cli` are the
+/// connection's own commands, answered here, as HAProxy's CLI does.
+async fn answer_line(text: &str, session: &mut Session, forward: &Forward) -> (String, bool) {
     let mut answer = String::new();
     for command in split_commands(text) {
-        match command.as_str() {
-            "prompt" if *interactive => {
-                *interactive = false;
+        let words: Vec<&str> = command.split_whitespace().collect();
+        match words.as_slice() {
+            ["prompt"] if session.interactive => {
+                session.interactive = false;
                 return (answer, false);
             }
-            "prompt" => *interactive = true,
-            "quit" => return (answer, false),
+            ["prompt"] => session.interactive = true,
+            ["quit"] => return (answer, false),
+            ["set", "timeout", "cli", delay] => match parse_cli_timeout(delay) {
+                Some(timeout) => {
+                    session.timeout = Some(timeout);
+                    answer.push_str(&framed(""));
+                }
+                None => answer.push_str(&framed(
+                    "'set timeout cli' takes a delay: a number of seconds, or with a unit (ms, s, m, h, d).",
+                )),
+            },
+            ["set", "timeout", ..] => answer.push_str(&framed("'set timeout' only supports 'cli'.")),
             _ => {
                 let output = match forward(Request::Runtime { line: command }).await {
                     Response::Runtime { output } => output,
@@ -254,6 +279,23 @@ async fn answer_line(text: &str, interactive: &mut bool, forward: &Forward) -> (
         }
     }
     (answer, true)
+}
+
+/// HAProxy's `set timeout cli` delay: seconds by default, or a number with a unit; at least a
+/// millisecond, at most a day.
+fn parse_cli_timeout(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let millis = match unit {
+        "" | "s" => n.checked_mul(1000)?,
+        "ms" => n,
+        "m" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        "d" => n.checked_mul(86_400_000)?,
+        _ => return None,
+    };
+    (1..=86_400_000).contains(&millis).then(|| Duration::from_millis(millis))
 }
 
 /// Bind the TCP runtime address.
@@ -415,6 +457,23 @@ mod tests {
         assert_eq!(read_through(&mut s, "> ").await, "did show stat\n\ndid show sess\n\n> ");
         s.write_all(b"show info; quit; show stat\n").await.expect("send");
         assert_eq!(rest(&mut s).await, "did show info\n\n", "quit closes; what follows it is not run");
+    }
+
+    #[tokio::test]
+    async fn set_timeout_cli_is_the_connections_own() {
+        let mut s = connect();
+        s.write_all(b"prompt\n").await.expect("send");
+        assert_eq!(read_through(&mut s, "> ").await, "> ");
+        s.write_all(b"set timeout cli 5; set timeout cli soon; set timeout server 1\n").await.expect("send");
+        let answer = read_through(&mut s, "> ").await;
+        assert!(answer.starts_with("\n'set timeout cli' takes a delay"), "{answer:?}");
+        assert!(answer.ends_with("'set timeout' only supports 'cli'.\n\n> "), "{answer:?}");
+        assert_eq!(parse_cli_timeout("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_cli_timeout("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_cli_timeout("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_cli_timeout("0"), None);
+        assert_eq!(parse_cli_timeout("2d"), None);
+        assert_eq!(parse_cli_timeout("1x"), None);
     }
 
     #[tokio::test]

@@ -45,6 +45,7 @@
 pub mod certs;
 mod child;
 pub mod client;
+pub mod haproxy;
 pub mod lbctl;
 pub mod load;
 pub mod log;

@@ -4,16 +4,18 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use lb_supervisor::report::Format;
 use lb_supervisor::{Runtime, RuntimeResult};
 
 use crate::stats::{self, Snapshot, Stats};
 
 const HELP: &str = "The following commands are valid at this level:
-  help           : this message
-  show info      : report information about the running process
-  show stat      : report counters for each frontend (CSV, HAProxy's names where they apply)
-  show ciphers   : report handshakes by frontend and cipher
-  show metrics   : the Prometheus text of /metrics
+  help                   : this message
+  show info [typed|json] : report information about the running process
+  show schema json       : the JSON schema of the json forms
+  show stat              : report counters for each frontend (CSV, HAProxy's names where they apply)
+  show ciphers           : report handshakes by frontend and cipher
+  show metrics           : the Prometheus text of /metrics
 ";
 
 /// A worker's runtime handler.
@@ -36,11 +38,15 @@ impl Runtime for Handler {
         let words: Vec<&str> = command.split_whitespace().collect();
         match words.as_slice() {
             ["help", ..] => RuntimeResult::ok(HELP),
-            ["show", "info"] => RuntimeResult::ok(stats::info(&self.stats, &self.process)),
+            ["show", "info", rest @ ..] => match Format::take(rest) {
+                Ok((format, _)) => RuntimeResult::ok(stats::info(&self.stats, &self.process, format)),
+                Err(message) => RuntimeResult::refused(message),
+            },
+            ["show", "schema", "json"] => RuntimeResult::ok(lb_supervisor::report::schema_json()),
             ["show", "stat"] => RuntimeResult::ok(stats::show_stat(&self.stats, &self.process)),
             ["show", "ciphers"] => RuntimeResult::ok(stats::show_ciphers(&self.stats)),
             ["show", "metrics"] => RuntimeResult::ok(stats::metrics(&self.stats, &self.process)),
-            ["show", "info" | "stat" | "ciphers" | "metrics", ..] => {
+            ["show", "stat" | "ciphers" | "metrics", ..] => {
                 RuntimeResult::refused(format!("'{}' takes no argument here.", words[..2].join(" ")))
             }
             _ => RuntimeResult::refused(format!("Unknown command: '{command}'. Type 'help' for the list.")),

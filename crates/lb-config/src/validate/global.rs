@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use super::Ctx;
 use crate::address::{parse_log_target, parse_socket_addr, resolve};
 use crate::defaults::{
-    CLOSE_SPREAD, CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, MAX_OLD_WORKERS, RUNTIME_SOCKET, STATS_REFRESH,
-    WORKER_START_TIMEOUT,
+    CLOSE_SPREAD, CONTROL_SOCKET, LOG_TAG, MAX_CONNECTIONS, MAX_OLD_WORKERS, RUNTIME_NAME, RUNTIME_SOCKET,
+    STATS_REFRESH, WORKER_START_TIMEOUT,
 };
 use crate::locate::child;
 use crate::model::{Facility, Global, Log, LogFormat, LogTarget, Stats};
@@ -54,6 +54,9 @@ pub(super) fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Global {
             .unwrap_or(WORKER_START_TIMEOUT),
         hard_stop_after: ctx.duration(path, "hard_stop_after", raw.hard_stop_after.as_ref()),
         close_spread: ctx.duration(path, "close_spread", raw.close_spread.as_ref()).unwrap_or(CLOSE_SPREAD),
+        runtime_name: ctx
+            .word(path, "runtime_name", raw.runtime_name.as_ref())
+            .unwrap_or_else(|| RUNTIME_NAME.to_owned()),
     }
 }
 

@@ -63,7 +63,6 @@ impl Sink {
         }
     }
 
-    #[cfg(test)]
     pub(super) fn dropped(&self) -> u64 {
         match self {
             Sink::None => 0,
@@ -118,7 +117,6 @@ impl Drops {
         }
     }
 
-    #[cfg(test)]
     pub(super) fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }

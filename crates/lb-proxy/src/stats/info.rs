@@ -2,9 +2,9 @@
 //! format, which lb-watcher and HAProxy's own `server-state-file` tooling read by column name).
 
 use std::fmt::Write as _;
-use std::time::UNIX_EPOCH;
 
 use lb_config::AdminState;
+use lb_supervisor::report::{Format, Info};
 
 use super::server_id;
 use crate::backend::ServerState;
@@ -21,47 +21,33 @@ srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n";
 const ADMF_FMAINT: u8 = 0x01;
 const ADMF_FDRAIN: u8 = 0x08;
 
-/// `show info`: `Name: value` lines, HAProxy's names for what lb-proxy has.
-pub(crate) fn info(proxy: &Proxy) -> String {
-    let uptime = proxy.started.elapsed().as_secs();
+/// `show info`: HAProxy's fields, filled in with what lb-proxy has.
+pub(crate) fn info(proxy: &Proxy, format: Format) -> String {
     let totals = proxy.counters.totals();
-    let start = proxy.started_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let lines: Vec<(&str, String)> = vec![
-        ("Name", "lb-proxy".into()),
-        ("Version", env!("CARGO_PKG_VERSION").into()),
-        ("Nbthread", proxy.threads.to_string()),
-        ("Nbproc", "1".into()),
-        ("Process_num", "1".into()),
-        ("Pid", std::process::id().to_string()),
-        ("Uptime", haproxy_uptime(uptime)),
-        ("Uptime_sec", uptime.to_string()),
-        ("Maxconn", proxy.max_connections.to_string()),
-        ("Hard_maxconn", proxy.max_connections.to_string()),
-        ("CurrConns", proxy.actconn().to_string()),
-        ("CumConns", totals.sessions.to_string()),
-        ("CumReq", totals.requests.to_string()),
-        ("ConnRate", proxy.counters.session_rate.per_second().to_string()),
-        ("MaxConnRate", proxy.counters.session_rate.max().to_string()),
-        ("SessRate", proxy.counters.session_rate.per_second().to_string()),
-        ("MaxSessRate", proxy.counters.session_rate.max().to_string()),
-        ("ReqRate", proxy.counters.request_rate.per_second().to_string()),
-        ("MaxReqRate", proxy.counters.request_rate.max().to_string()),
-        ("Stopping", u8::from(proxy.draining()).to_string()),
-        ("Listeners", proxy.frontends.iter().map(|f| f.config.binds.len()).sum::<usize>().to_string()),
-        ("TotalBytesOut", totals.bytes_out.to_string()),
-        ("Start_time_sec", start.to_string()),
-    ];
-    let mut out = String::new();
-    for (name, value) in lines {
-        let _ = writeln!(out, "{name}: {value}");
-    }
-    out
-}
-
-/// HAProxy's `0d 0h00m01s`.
-fn haproxy_uptime(secs: u64) -> String {
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    format!("{days}d {}h{:02}m{:02}s", rest / 3600, rest % 3600 / 60, rest % 60)
+    let mut info =
+        Info::process(&proxy.runtime_name, env!("CARGO_PKG_VERSION"), proxy.threads, proxy.started, proxy.started_at);
+    let (tasks, run_queue) = tokio::runtime::Handle::try_current()
+        .map(|h| (h.metrics().num_alive_tasks(), h.metrics().global_queue_depth()))
+        .unwrap_or_default();
+    let listeners: usize = proxy.frontends.iter().map(|f| f.config.binds.len()).sum();
+    info.set("Maxconn", proxy.max_connections)
+        .set("Hard_maxconn", proxy.max_connections)
+        .set("CurrConns", proxy.actconn())
+        .set("CumConns", totals.sessions)
+        .set("CumReq", totals.requests)
+        .set("ConnRate", proxy.counters.session_rate.per_second())
+        .set("MaxConnRate", proxy.counters.session_rate.max())
+        .set("SessRate", proxy.counters.session_rate.per_second())
+        .set("MaxSessRate", proxy.counters.session_rate.max())
+        .set("Tasks", tasks)
+        .set("Run_queue", run_queue)
+        .set("Stopping", u8::from(proxy.draining()))
+        // HAProxy's jobs: connections and listeners, what keeps a process alive.
+        .set("Jobs", proxy.actconn() + listeners)
+        .set("Listeners", listeners)
+        .set("DroppedLogs", proxy.logger.dropped())
+        .set("TotalBytesOut", totals.bytes_out);
+    info.render(format)
 }
 
 /// `show servers state [backend]`.

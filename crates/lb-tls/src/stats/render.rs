@@ -3,6 +3,9 @@
 //! `show ciphers` and the Prometheus text of /metrics.
 
 use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use lb_supervisor::report::{Format, Info};
 
 use super::{Failure, Stats, VERSIONS};
 
@@ -61,31 +64,26 @@ pub(crate) fn show_stat(stats: &Stats, process: &Process) -> String {
     out
 }
 
-/// HAProxy's `Name: value` lines, those that mean something for a TLS terminator, in HAProxy's
-/// order and spelling, and the library (`Tls_library`, lb-tls's own).
-pub(crate) fn info(stats: &Stats, process: &Process) -> String {
+/// HAProxy's `show info` fields, filled in with what a TLS terminator has, and the library
+/// (`Tls_library`, lb-tls's own, after HAProxy's fields).
+pub(crate) fn info(stats: &Stats, process: &Process, format: Format) -> String {
     let rows = stats.rows();
-    let up = stats.started.elapsed().as_secs();
     let current: u64 = rows.iter().map(|(_, _, c)| c).sum();
     let sum = |f: fn(&super::Totals) -> u64| -> u64 { rows.iter().map(|(_, t, _)| f(t)).sum() };
     let (handshakes, resumed) = (sum(|t| t.handshakes), sum(|t| t.resumed));
     let reuse_pct = (resumed * 100).checked_div(handshakes).unwrap_or(0);
-    let lines: [(&str, String); 13] = [
-        ("Name", "lb-tls".to_owned()),
-        ("Version", process.version.clone()),
-        ("Nbthread", process.threads.to_string()),
-        ("Pid", std::process::id().to_string()),
-        ("Uptime", format!("{}d {}h{:02}m{:02}s", up / 86400, up / 3600 % 24, up / 60 % 60, up % 60)),
-        ("Uptime_sec", up.to_string()),
-        ("Maxconn", process.max_connections.to_string()),
-        ("CurrConns", current.to_string()),
-        ("CumConns", sum(|t| t.connections).to_string()),
-        ("CurrSslConns", current.to_string()),
-        ("CumSslConns", handshakes.to_string()),
-        ("SslFrontendSessionReuse_pct", reuse_pct.to_string()),
-        ("Tls_library", process.library.clone()),
-    ];
-    lines.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
+    let started_at = SystemTime::now() - stats.started.elapsed();
+    let mut info = Info::process("lb-tls", &process.version, process.threads, stats.started, started_at);
+    info.set("Maxconn", process.max_connections)
+        .set("Hard_maxconn", process.max_connections)
+        .set("CurrConns", current)
+        .set("CumConns", sum(|t| t.connections))
+        .set("CurrSslConns", current)
+        .set("CumSslConns", handshakes)
+        .set("SslFrontendSessionReuse_pct", reuse_pct)
+        .set("Listeners", rows.len())
+        .extra("Tls_library", &process.library);
+    info.render(format)
 }
 
 /// Handshakes by frontend and cipher, a `# `-headed table like `show servers state`.

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lb_testkit::haproxy::haproxy_answers;
+use lb_testkit::haproxy::{haproxy_answers, promtool_check};
 use lb_testkit::runtime::{parse_prometheus, parse_stat_csv, Metrics, StatRow};
 use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
 
@@ -84,7 +84,7 @@ fn metrics(proxy: &ProxyProcess) -> Metrics {
 
 /// The header of Debian's haproxy's `show stat`, from a haproxy run here.
 fn haproxy_header() -> String {
-    let answers = haproxy_answers(&["show stat"]);
+    let (answers, _) = haproxy_answers(&["show stat"]);
     answers[0].lines().next().expect("haproxy answered show stat").to_owned()
 }
 
@@ -184,25 +184,37 @@ async fn metrics_parse_and_counters_survive_reloads() {
     for _ in 0..20 {
         assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
     }
+    let text = http_get(stats_addr(&proxy), "/metrics").2;
     let m = metrics(&proxy);
-    let fe = [("frontend", "web")];
-    assert_eq!(m.value("lb_proxy_frontend_requests_total", &fe), Some(20.0));
-    assert_eq!(m.value("lb_proxy_frontend_responses_total", &[("frontend", "web"), ("code", "2xx")]), Some(20.0));
-    assert_eq!(m.value("lb_proxy_backend_requests_total", &[("backend", "api")]), Some(20.0));
-    assert_eq!(m.value("lb_proxy_server_up", &[("backend", "api"), ("server", "a1")]), Some(1.0));
-    assert_eq!(m.value("lb_proxy_server_up", &[("backend", "api"), ("server", "a3")]), Some(0.0));
-    assert_eq!(
-        m.value("lb_proxy_server_admin_state", &[("backend", "api"), ("server", "a1"), ("state", "ready")]),
-        Some(1.0)
-    );
+    let fe = [("proxy", "web")];
+    assert_eq!(m.value("haproxy_frontend_http_requests_total", &fe), Some(20.0));
+    assert_eq!(m.value("haproxy_frontend_http_responses_total", &[("proxy", "web"), ("code", "2xx")]), Some(20.0));
+    assert_eq!(m.value("haproxy_backend_http_requests_total", &[("proxy", "api")]), Some(20.0));
+    let status = |server: &str, state: &str| {
+        m.value("haproxy_server_status", &[("proxy", "api"), ("server", server), ("state", state)])
+    };
+    assert_eq!(status("a1", "UP"), Some(1.0));
+    assert_eq!(status("a3", "DOWN"), Some(1.0));
+    assert_eq!(status("a3", "UP"), Some(0.0));
     assert_eq!(m.value("lb_proxy_old_workers", &[]), Some(0.0));
-    assert_eq!(m.families["lb_proxy_frontend_requests_total"].kind, "counter");
-    assert_eq!(m.families["lb_proxy_server_up"].kind, "gauge");
     let served: f64 = ["a1", "a2"]
         .iter()
-        .filter_map(|s| m.value("lb_proxy_server_requests_total", &[("backend", "api"), ("server", s)]))
+        .filter_map(|s| m.value("lb_proxy_server_http_requests_total", &[("proxy", "api"), ("server", s)]))
         .sum();
     assert_eq!(served, 20.0);
+
+    // HAProxy's exporter names: every haproxy_* family here is one of Debian's haproxy, of the
+    // same type, so its dashboards and alerts find them; promtool finds nothing to say.
+    let (_, reference) = haproxy_answers(&[]);
+    let reference = parse_prometheus(&reference).unwrap_or_else(|e| panic!("haproxy's /metrics: {e}"));
+    assert!(reference.families.len() > 100, "haproxy exported {} families", reference.families.len());
+    for (name, family) in m.families.iter().filter(|(name, _)| name.starts_with("haproxy_")) {
+        let theirs = reference.families.get(name).unwrap_or_else(|| panic!("{name} is not one of haproxy's"));
+        assert_eq!(family.kind, theirs.kind, "{name}'s type");
+    }
+    assert!(m.families.keys().filter(|n| n.starts_with("haproxy_")).count() > 60);
+    let complaints = promtool_check(&text);
+    assert!(complaints.is_empty(), "promtool check metrics: {complaints}\n{text}");
 
     // A slow request keeps the old worker draining across the reload.
     let slow = tokio::spawn({
@@ -212,7 +224,7 @@ async fn metrics_parse_and_counters_survive_reloads() {
     assert!(wait_until(Duration::from_secs(5), || s1.in_flight() + s2.in_flight() == 1).await);
     proxy.reload().await.expect("reload");
     let m = metrics(&proxy);
-    assert_eq!(m.value("lb_proxy_frontend_requests_total", &fe), Some(20.0), "carried across the reload");
+    assert_eq!(m.value("haproxy_frontend_http_requests_total", &fe), Some(20.0), "carried across the reload");
     assert_eq!(m.value("lb_proxy_old_workers", &[]), Some(1.0));
     assert_eq!(m.value("lb_proxy_old_worker_connections", &[]), Some(1.0));
     assert_eq!(slow.await.expect("join").expect("slow request").status, 200);
@@ -231,7 +243,7 @@ async fn metrics_parse_and_counters_survive_reloads() {
     let info = proxy.runtime("show info");
     assert!(info.contains("CumReq: 26\n"), "{info}");
     let m = metrics(&proxy);
-    assert_eq!(m.value("lb_proxy_frontend_responses_total", &[("frontend", "web"), ("code", "2xx")]), Some(26.0));
+    assert_eq!(m.value("haproxy_frontend_http_responses_total", &[("proxy", "web"), ("code", "2xx")]), Some(26.0));
     assert!(
         wait_until(Duration::from_secs(10), || {
             let m = metrics(&proxy);
@@ -257,7 +269,7 @@ async fn counters_chain_through_back_to_back_reloads() {
         a.unwrap_or_else(|e| panic!("reload {round}: {e}"));
         b.unwrap_or_else(|e| panic!("reload {round}: {e}"));
     }
-    let count = || metrics(&proxy).value("lb_proxy_frontend_requests_total", &[("frontend", "web")]);
+    let count = || metrics(&proxy).value("haproxy_frontend_http_requests_total", &[("proxy", "web")]);
     assert!(
         wait_until(Duration::from_secs(10), || count() == Some(sent as f64)).await,
         "{:?} requests counted, {sent} sent",

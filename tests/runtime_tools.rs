@@ -65,7 +65,7 @@ async fn show_info_and_the_typed_forms_match_haproxys() {
     for _ in 0..5 {
         assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
     }
-    let theirs = haproxy_answers(&["show info", "show info typed", "show stat typed"]);
+    let (theirs, _) = haproxy_answers(&["show info", "show info typed", "show stat typed"]);
 
     let info = proxy.runtime("show info");
     assert!(info.starts_with("Name: lb-proxy\nVersion: "), "{info}");

@@ -7,10 +7,11 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use lb_testkit::certs::TestCerts;
+use lb_testkit::haproxy::promtool_check;
 use lb_testkit::lbctl::lbctl_blocking;
 use lb_testkit::sclient::s_client;
 use lb_testkit::{free_port, wait_until_blocking, TestServer, TlsProcess};
@@ -146,21 +147,8 @@ fn show_stat_info_and_metrics_count_handshakes_and_failures_across_a_reload() {
         "{text}"
     );
     assert!(text.contains("reason=\"protocol\"} 1"), "{text}");
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (scripts/install-deps test installs it)");
-    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("to promtool");
-    let checked = promtool.wait_with_output().expect("promtool");
-    assert!(
-        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    let complaints = promtool_check(&text);
+    assert!(complaints.is_empty(), "promtool check metrics: {complaints}\n{text}");
 }
 
 #[test]

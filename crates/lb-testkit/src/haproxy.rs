@@ -1,6 +1,8 @@
-//! Debian's haproxy as a reference: run one with a frontend, a backend and a checked server,
-//! ask its runtime socket some commands, stop it. Tests compare lb-proxy's answers with these.
+//! Debian's haproxy as a reference: run one with a frontend, a backend with a checked server
+//! and its Prometheus exporter, ask its runtime socket and `/metrics`, stop it. Tests compare
+//! lb-proxy's answers with these.
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -9,17 +11,19 @@ use crate::free_port;
 use crate::runtime::send_line;
 
 /// haproxy's answers to `commands`, in order, from one haproxy run (frontend `web`, backend
-/// `api` with a checked server that is down).
-pub fn haproxy_answers(commands: &[&str]) -> Vec<String> {
+/// `api` with a checked server that is down), and then its `/metrics` text.
+pub fn haproxy_answers(commands: &[&str]) -> (Vec<String>, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("haproxy.sock");
     let cfg = dir.path().join("haproxy.cfg");
-    let port = free_port();
+    let (port, metrics_port) = (free_port(), free_port());
     std::fs::write(
         &cfg,
         format!(
             "global\n  stats socket {} mode 600 level admin\ndefaults\n  mode http\n  timeout connect 1s\n  \
              timeout client 5s\n  timeout server 5s\nfrontend web\n  bind 127.0.0.1:{port}\n  default_backend api\n\
+             frontend prometheus\n  bind 127.0.0.1:{metrics_port}\n  \
+             http-request use-service prometheus-exporter if {{ path /metrics }}\n\
              backend api\n  server a1 127.0.0.1:1 check inter 200ms\n",
             socket.display()
         ),
@@ -34,9 +38,10 @@ pub fn haproxy_answers(commands: &[&str]) -> Vec<String> {
         .expect("run haproxy (Debian's haproxy package)");
     wait_for_socket(&socket);
     let answers = commands.iter().map(|c| send_line(&socket, c).unwrap_or_default()).collect();
+    let metrics = get_metrics(metrics_port);
     let _ = haproxy.kill();
     let _ = haproxy.wait();
-    answers
+    (answers, metrics)
 }
 
 fn wait_for_socket(socket: &Path) {
@@ -46,4 +51,53 @@ fn wait_for_socket(socket: &Path) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+fn get_metrics(port: u16) -> String {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let _ = write!(stream, "GET /metrics HTTP/1.1\r\nHost: metrics\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    // The exporter answers in chunks.
+    if text.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// `promtool check metrics` on `text`: its complaints, empty when there are none.
+pub fn promtool_check(text: &str) -> String {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/install-deps test installs it)");
+    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("to promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    let mut complaints = String::from_utf8_lossy(&checked.stdout).into_owned();
+    complaints.push_str(&String::from_utf8_lossy(&checked.stderr));
+    if !checked.status.success() && complaints.is_empty() {
+        complaints = format!("promtool failed: {}", checked.status);
+    }
+    complaints
 }

@@ -1,44 +1,48 @@
-//! `/metrics`: every counter and gauge in Prometheus' text exposition format (version 0.0.4),
-//! one family per metric with its `# HELP` and `# TYPE`, labelled by frontend, backend and
-//! server. Counters carry on across reloads (see `counters`).
+//! `/metrics`: Prometheus' text exposition format (version 0.0.4), one family per metric with
+//! its `# HELP` and `# TYPE`.
+//!
+//! Names, types and labels are those of HAProxy's built-in exporter (`haproxy_process_*`,
+//! `haproxy_frontend_*` and `haproxy_backend_*` labelled `proxy`, `haproxy_server_*` labelled
+//! `proxy` and `server`) wherever lb-proxy has the same figure, so that dashboards and alerts
+//! built for HAProxy work unchanged. Figures HAProxy does not export are `lb_proxy_*`: old
+//! workers, a server's requests and administrative state. Counters carry on across reloads
+//! (see `counters`).
 
 use std::fmt::Write as _;
 
 use lb_config::AdminState;
 use lb_supervisor::{ProcTable, Role};
 
+use crate::backend::{BackendState, ServerState};
 use crate::counters::{Counters, Totals};
-use crate::serve::Proxy;
+use crate::serve::{FrontendState, Proxy};
 
 const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
 
-/// One metric family being written.
-struct Family<'a> {
-    out: &'a mut String,
-    name: String,
-}
+type Labels<'a> = Vec<(&'a str, &'a str)>;
 
-impl<'a> Family<'a> {
-    fn new(out: &'a mut String, name: &str, kind: &str, help: &str) -> Family<'a> {
-        let name = format!("lb_proxy_{name}");
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        Family { out, name }
-    }
-
-    fn sample(&mut self, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-        self.out.push_str(&self.name);
+/// Writes one family: its header, then a sample per labelled value.
+fn family<'a, V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels<'a>, V)>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        out.push_str(name);
         if !labels.is_empty() {
-            self.out.push('{');
+            out.push('{');
             for (i, (k, v)) in labels.iter().enumerate() {
                 if i > 0 {
-                    self.out.push(',');
+                    out.push(',');
                 }
-                let _ = write!(self.out, "{k}=\"{}\"", escape(v));
+                let _ = write!(out, "{k}=\"{}\"", escape(v));
             }
-            self.out.push('}');
+            out.push('}');
         }
-        let _ = writeln!(self.out, " {value}");
+        let _ = writeln!(out, " {value}");
     }
 }
 
@@ -47,170 +51,341 @@ fn escape(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// A counter family, one sample per labelled item.
-fn counter<T>(out: &mut String, name: &str, help: &str, items: &[(Vec<(&str, &str)>, T)], value: impl Fn(&T) -> u64) {
-    let mut family = Family::new(out, name, "counter", help);
-    for (labels, item) in items {
-        family.sample(labels, value(item));
+/// One frontend, backend or server: its labels, counters and their totals.
+struct Item<'a, T> {
+    labels: Labels<'a>,
+    counters: &'a Counters,
+    totals: Totals,
+    of: &'a T,
+}
+
+impl<'a, T> Item<'a, T> {
+    fn new(labels: Labels<'a>, counters: &'a Counters, of: &'a T) -> Self {
+        Item { labels, counters, totals: counters.totals(), of }
     }
 }
 
-fn gauge<T>(out: &mut String, name: &str, help: &str, items: &[(Vec<(&str, &str)>, T)], value: impl Fn(&T) -> u64) {
-    let mut family = Family::new(out, name, "gauge", help);
-    for (labels, item) in items {
-        family.sample(labels, value(item));
-    }
+/// A family with one sample per item.
+fn each<T, V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    items: &[Item<'_, T>],
+    value: impl Fn(&Item<'_, T>) -> V,
+) {
+    family(out, name, kind, help, items.iter().map(|i| (i.labels.clone(), value(i))));
 }
 
-/// Response counts by status class, a `code` label added to each item's labels.
-fn responses(out: &mut String, name: &str, help: &str, items: &[(Vec<(&str, &str)>, &Counters)]) {
-    let mut family = Family::new(out, name, "counter", help);
-    for (labels, counters) in items {
-        for (i, class) in CLASSES.iter().enumerate() {
-            let mut labels = labels.clone();
+/// A family with one sample per item and state, 1 for the item's current state.
+fn states<T>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    items: &[Item<'_, T>],
+    all: &[&'static str],
+    current: impl Fn(&T) -> &'static str,
+) {
+    let samples = items.iter().flat_map(|item| {
+        let now = current(item.of);
+        all.iter().map(move |state| {
+            let mut labels = item.labels.clone();
+            labels.push(("state", state));
+            (labels, u64::from(*state == now))
+        })
+    });
+    family(out, name, "gauge", help, samples);
+}
+
+/// HTTP responses by status class, HAProxy's `code` label.
+fn responses<T>(out: &mut String, level: &str, items: &[Item<'_, T>]) {
+    let samples = items.iter().flat_map(|item| {
+        CLASSES.iter().enumerate().map(move |(i, class)| {
+            let mut labels = item.labels.clone();
             labels.push(("code", class));
-            family.sample(&labels, counters.responses(i));
-        }
-    }
+            (labels, item.counters.responses(i))
+        })
+    });
+    family(
+        out,
+        &format!("haproxy_{level}_http_responses_total"),
+        "counter",
+        "HTTP responses by status class.",
+        samples,
+    );
 }
 
-/// The traffic counters every level has.
-/// Labels, counters and their totals of one frontend, backend or server.
-type Item<'a> = (Vec<(&'a str, &'a str)>, &'a Counters, Totals);
+/// What frontends, backends and servers count alike, under HAProxy's names.
+fn traffic<T>(out: &mut String, level: &str, items: &[Item<'_, T>]) {
+    let name = |what: &str| format!("haproxy_{level}_{what}");
+    each(out, &name("max_sessions"), "gauge", "Most concurrent sessions seen.", items, |i| i.totals.max_sessions);
+    each(
+        out,
+        &name("sessions_total"),
+        "counter",
+        "Sessions (connections) since the first worker started.",
+        items,
+        |i| i.totals.sessions,
+    );
+    each(out, &name("bytes_in_total"), "counter", "Bytes received from clients.", items, |i| i.totals.bytes_in);
+    each(out, &name("bytes_out_total"), "counter", "Bytes sent to clients.", items, |i| i.totals.bytes_out);
+    each(out, &name("max_session_rate"), "gauge", "Most sessions in one second.", items, |i| {
+        i.counters.session_rate.max()
+    });
+    responses(out, level, items);
+}
 
-fn traffic(out: &mut String, level: &str, what: &str, items: &[Item<'_>]) {
-    let totals: Vec<(Vec<(&str, &str)>, &Totals)> = items.iter().map(|(l, _, t)| (l.clone(), t)).collect();
-    let sessions = if level == "frontend" { "Client connections accepted" } else { "Server connections opened" };
-    counter(out, &format!("{level}_connections_total"), &format!("{sessions} by {what}."), &totals, |t| t.sessions);
-    counter(out, &format!("{level}_requests_total"), &format!("HTTP requests through {what}."), &totals, |t| {
-        t.requests
+/// What backends and servers count alike.
+fn server_side<T>(out: &mut String, level: &str, items: &[Item<'_, T>]) {
+    let name = |what: &str| format!("haproxy_{level}_{what}");
+    each(out, &name("connection_errors_total"), "counter", "Failed connects to servers.", items, |i| {
+        i.totals.connect_errors
     });
-    let counters: Vec<(Vec<(&str, &str)>, &Counters)> = items.iter().map(|(l, c, _)| (l.clone(), *c)).collect();
-    responses(
-        out,
-        &format!("{level}_responses_total"),
-        &format!("HTTP responses of {what}, by status class."),
-        &counters,
-    );
-    counter(
-        out,
-        &format!("{level}_bytes_in_total"),
-        &format!("Bytes received from clients by {what}."),
-        &totals,
-        |t| t.bytes_in,
-    );
-    counter(out, &format!("{level}_bytes_out_total"), &format!("Bytes sent to clients by {what}."), &totals, |t| {
-        t.bytes_out
+    each(out, &name("response_errors_total"), "counter", "Responses failed before their headers.", items, |i| {
+        i.totals.response_errors
     });
-    counter(
-        out,
-        &format!("{level}_client_aborts_total"),
-        &format!("Transfers of {what} aborted by the client."),
-        &totals,
-        |t| t.client_aborts,
-    );
-    counter(
-        out,
-        &format!("{level}_server_aborts_total"),
-        &format!("Transfers of {what} aborted by the server."),
-        &totals,
-        |t| t.server_aborts,
-    );
-    counter(
-        out,
-        &format!("{level}_max_connections"),
-        &format!("Most concurrent connections of {what} seen."),
-        &totals,
-        |t| t.max_sessions,
-    );
+    each(out, &name("retry_warnings_total"), "counter", "Connect retries.", items, |i| i.totals.retries);
+    each(out, &name("redispatch_warnings_total"), "counter", "Retries sent to another server.", items, |i| {
+        i.totals.redispatches
+    });
+    each(out, &name("loadbalanced_total"), "counter", "Times a server was picked.", items, |i| i.totals.sessions);
+    each(out, &name("client_aborts_total"), "counter", "Transfers aborted by the client.", items, |i| {
+        i.totals.client_aborts
+    });
+    each(out, &name("server_aborts_total"), "counter", "Transfers aborted by the server.", items, |i| {
+        i.totals.server_aborts
+    });
+    each(out, &name("last_session_seconds"), "gauge", "Seconds since the last session (-1: never).", items, |i| {
+        super::last_session(i.counters)
+    });
 }
 
 /// The whole `/metrics` body. `procs`: the master's `show proc` (None without a master).
 pub(crate) fn render(proxy: &Proxy, procs: Option<&ProcTable>) -> String {
     let mut out = String::new();
-    let process = proxy.counters.totals();
-    Family::new(&mut out, "uptime_seconds", "gauge", "Seconds since this worker started.")
-        .sample(&[], proxy.started.elapsed().as_secs());
-    Family::new(&mut out, "current_connections", "gauge", "Client connections open in this worker.")
-        .sample(&[], proxy.actconn());
-    Family::new(&mut out, "connections_total", "counter", "Client connections accepted (carried across reloads).")
-        .sample(&[], process.sessions);
-    Family::new(&mut out, "requests_total", "counter", "HTTP requests (carried across reloads).")
-        .sample(&[], process.requests);
-    let old: Vec<_> = procs.map(|t| t.workers.iter().filter(|w| w.role == Role::Old).collect()).unwrap_or_default();
-    Family::new(&mut out, "old_workers", "gauge", "Workers still draining after a reload.").sample(&[], old.len());
-    Family::new(&mut out, "old_worker_connections", "gauge", "Client connections still open in draining workers.")
-        .sample(&[], old.iter().filter_map(|w| w.connections).sum::<u64>());
-
-    let frontends: Vec<_> = proxy.frontends.iter().map(|f| (vec![("frontend", f.name())], f)).collect();
-    let items: Vec<_> = frontends.iter().map(|(l, f)| (l.clone(), &f.counters, f.counters.totals())).collect();
-    traffic(&mut out, "frontend", "the frontend", &items);
-    gauge(&mut out, "frontend_current_connections", "Client connections open on the frontend.", &frontends, |f| {
-        f.feconn() as u64
-    });
-    counter(&mut out, "frontend_request_errors_total", "Requests that could not be parsed.", &frontends, |f| {
-        f.counters.totals().request_errors
-    });
-
-    let backends: Vec<_> = proxy.backends.iter().map(|b| (vec![("backend", b.name())], b)).collect();
-    let items: Vec<_> = backends.iter().map(|(l, b)| (l.clone(), &b.counters, b.counters.totals())).collect();
-    traffic(&mut out, "backend", "the backend", &items);
-    gauge(&mut out, "backend_current_connections", "Server connections open in the backend.", &backends, |b| {
-        b.current_conns() as u64
-    });
-    gauge(&mut out, "backend_queued", "Connections waiting for a server slot.", &backends, |b| b.queued() as u64);
-    gauge(&mut out, "backend_up", "1 when at least one server takes traffic.", &backends, |b| {
-        u64::from(b.has_usable_server())
-    });
-    gauge(&mut out, "backend_active_servers", "Servers health-up and not in maintenance.", &backends, |b| {
-        b.active_servers() as u64
-    });
-    counter(&mut out, "backend_downtime_seconds_total", "Seconds without a usable server.", &backends, |b| {
-        b.downtime().as_secs()
-    });
-    counter(&mut out, "backend_connect_errors_total", "Failed connects to its servers.", &backends, |b| {
-        b.counters.totals().connect_errors
-    });
-    counter(&mut out, "backend_response_errors_total", "Responses failed before their headers.", &backends, |b| {
-        b.counters.totals().response_errors
-    });
-    counter(&mut out, "backend_retries_total", "Connect retries.", &backends, |b| b.counters.totals().retries);
-    counter(&mut out, "backend_redispatches_total", "Retries sent to another server.", &backends, |b| {
-        b.counters.totals().redispatches
-    });
-
-    let all = super::all_servers(proxy);
-    let servers: Vec<_> = all.iter().map(|(b, s)| (vec![("backend", b.name()), ("server", s.name())], s)).collect();
-    let items: Vec<_> = servers.iter().map(|(l, s)| (l.clone(), &s.counters, s.counters.totals())).collect();
-    traffic(&mut out, "server", "the server", &items);
-    gauge(&mut out, "server_current_connections", "Connections open to the server.", &servers, |s| {
-        s.current_conns() as u64
-    });
-    gauge(&mut out, "server_up", "Health: 1 up (or not checked), 0 down.", &servers, |s| u64::from(s.is_up()));
-    {
-        let mut family =
-            Family::new(&mut out, "server_admin_state", "gauge", "Administrative state: 1 for the current one.");
-        for (labels, server) in &servers {
-            for (state, name) in
-                [(AdminState::Ready, "ready"), (AdminState::Drain, "drain"), (AdminState::Maint, "maint")]
-            {
-                let mut labels = labels.clone();
-                labels.push(("state", name));
-                family.sample(&labels, u64::from(server.admin_state() == state));
-            }
-        }
-    }
-    gauge(&mut out, "server_weight", "Current weight (0 to 256).", &servers, |s| u64::from(s.weight()));
-    counter(&mut out, "server_connect_errors_total", "Failed connects to the server.", &servers, |s| {
-        s.counters.totals().connect_errors
-    });
-    counter(&mut out, "server_check_failures_total", "Failed health checks.", &servers, |s| s.check_counts().0);
-    counter(&mut out, "server_downs_total", "Times health went from up to down.", &servers, |s| s.check_counts().1);
-    counter(&mut out, "server_downtime_seconds_total", "Seconds spent DOWN or in MAINT.", &servers, |s| {
-        s.downtime().as_secs()
-    });
-    gauge(&mut out, "server_last_change_seconds", "Seconds since its state last changed.", &servers, |s| {
-        s.since_last_change().as_secs()
-    });
+    process(&mut out, proxy, procs);
+    frontends(&mut out, proxy);
+    backends(&mut out, proxy);
+    servers(&mut out, proxy);
     out
+}
+
+fn process(out: &mut String, proxy: &Proxy, procs: Option<&ProcTable>) {
+    let totals = proxy.counters.totals();
+    let one = |value: u64| [(Labels::new(), value)];
+    let start = proxy.started_at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    family(out, "haproxy_process_nbthread", "gauge", "Threads serving.", one(proxy.threads as u64));
+    family(
+        out,
+        "haproxy_process_uptime_seconds",
+        "gauge",
+        "Seconds since this worker started.",
+        one(proxy.started.elapsed().as_secs()),
+    );
+    family(out, "haproxy_process_start_time_seconds", "gauge", "When this worker started (Unix time).", one(start));
+    family(
+        out,
+        "haproxy_process_max_connections",
+        "gauge",
+        "global.max_connections.",
+        one(proxy.max_connections as u64),
+    );
+    family(
+        out,
+        "haproxy_process_current_connections",
+        "gauge",
+        "Client connections open in this worker.",
+        one(proxy.actconn() as u64),
+    );
+    family(
+        out,
+        "haproxy_process_connections_total",
+        "counter",
+        "Client connections accepted (carried across reloads).",
+        one(totals.sessions),
+    );
+    family(
+        out,
+        "haproxy_process_requests_total",
+        "counter",
+        "HTTP requests (carried across reloads).",
+        one(totals.requests),
+    );
+    family(
+        out,
+        "haproxy_process_current_connection_rate",
+        "gauge",
+        "Connections accepted in the last second.",
+        one(proxy.counters.session_rate.per_second()),
+    );
+    family(
+        out,
+        "haproxy_process_max_connection_rate",
+        "gauge",
+        "Most connections accepted in one second.",
+        one(proxy.counters.session_rate.max()),
+    );
+    family(out, "haproxy_process_stopping", "gauge", "1 when this worker drains.", one(u64::from(proxy.draining())));
+    let listeners: usize = proxy.frontends.iter().map(|f| f.config.binds.len()).sum();
+    family(out, "haproxy_process_listeners", "gauge", "Listening sockets.", one(listeners as u64));
+    family(
+        out,
+        "haproxy_process_dropped_logs_total",
+        "counter",
+        "Access-log lines dropped (writer too slow).",
+        one(proxy.logger.dropped()),
+    );
+    family(out, "haproxy_process_bytes_out_total", "counter", "Bytes sent to clients.", one(totals.bytes_out));
+    family(
+        out,
+        "haproxy_process_build_info",
+        "gauge",
+        "The running version.",
+        [(vec![("version", env!("CARGO_PKG_VERSION"))], 1)],
+    );
+    let old: Vec<_> = procs.map(|t| t.workers.iter().filter(|w| w.role == Role::Old).collect()).unwrap_or_default();
+    family(out, "lb_proxy_old_workers", "gauge", "Workers still draining after a reload.", one(old.len() as u64));
+    family(
+        out,
+        "lb_proxy_old_worker_connections",
+        "gauge",
+        "Client connections still open in draining workers.",
+        one(old.iter().filter_map(|w| w.connections).sum::<u64>()),
+    );
+}
+
+fn frontends(out: &mut String, proxy: &Proxy) {
+    let items: Vec<Item<'_, FrontendState>> =
+        proxy.frontends.iter().map(|f| Item::new(vec![("proxy", f.name())], &f.counters, &**f)).collect();
+    each(out, "haproxy_frontend_current_sessions", "gauge", "Client connections open.", &items, |i| {
+        i.of.feconn() as u64
+    });
+    each(out, "haproxy_frontend_limit_sessions", "gauge", "The frontend's connection limit.", &items, |i| {
+        i.of.config.max_connections.unwrap_or(proxy.max_connections) as u64
+    });
+    traffic(out, "frontend", &items);
+    states(out, "haproxy_frontend_status", "1 for the frontend's state.", &items, &["DOWN", "UP"], |_| {
+        if proxy.draining() {
+            "DOWN"
+        } else {
+            "UP"
+        }
+    });
+    each(out, "haproxy_frontend_request_errors_total", "counter", "Requests that could not be parsed.", &items, |i| {
+        i.totals.request_errors
+    });
+    each(out, "haproxy_frontend_http_requests_total", "counter", "HTTP requests.", &items, |i| i.totals.requests);
+    each(out, "haproxy_frontend_http_requests_rate_max", "gauge", "Most HTTP requests in one second.", &items, |i| {
+        i.counters.request_rate.max()
+    });
+    each(out, "haproxy_frontend_connections_total", "counter", "Client connections accepted.", &items, |i| {
+        i.totals.sessions
+    });
+    each(out, "haproxy_frontend_connections_rate_max", "gauge", "Most connections in one second.", &items, |i| {
+        i.counters.session_rate.max()
+    });
+}
+
+fn backends(out: &mut String, proxy: &Proxy) {
+    let items: Vec<Item<'_, BackendState>> =
+        proxy.backends.iter().map(|b| Item::new(vec![("proxy", b.name())], &b.counters, &**b)).collect();
+    each(out, "haproxy_backend_current_queue", "gauge", "Requests waiting for a server slot.", &items, |i| {
+        i.of.queued() as u64
+    });
+    each(out, "haproxy_backend_current_sessions", "gauge", "Server connections open.", &items, |i| {
+        i.of.current_conns() as u64
+    });
+    traffic(out, "backend", &items);
+    server_side(out, "backend", &items);
+    states(
+        out,
+        "haproxy_backend_status",
+        "1 for the backend's state (UP: a server takes traffic).",
+        &items,
+        &["DOWN", "UP"],
+        |b| super::backend_status(b),
+    );
+    each(out, "haproxy_backend_weight", "gauge", "Total weight of the servers taking traffic.", &items, |i| {
+        i.of.servers()
+            .iter()
+            .filter(|s| s.usable_weight(std::time::Instant::now()).is_some())
+            .map(|s| u64::from(s.weight()))
+            .sum::<u64>()
+    });
+    each(out, "haproxy_backend_active_servers", "gauge", "Servers health-up and not in maintenance.", &items, |i| {
+        i.of.active_servers() as u64
+    });
+    each(out, "haproxy_backend_backup_servers", "gauge", "Backup servers (lb-proxy has none).", &items, |_| 0);
+    each(out, "haproxy_backend_check_up_down_total", "counter", "Times a server went from up to down.", &items, |i| {
+        i.of.servers().iter().map(|s| s.check_counts().1).sum::<u64>()
+    });
+    each(out, "haproxy_backend_downtime_seconds_total", "counter", "Seconds without a usable server.", &items, |i| {
+        i.of.downtime().as_secs()
+    });
+    each(out, "haproxy_backend_http_requests_total", "counter", "HTTP requests.", &items, |i| i.totals.requests);
+}
+
+fn servers(out: &mut String, proxy: &Proxy) {
+    let all = super::all_servers(proxy);
+    let items: Vec<Item<'_, ServerState>> = all
+        .iter()
+        .map(|(b, s)| Item::new(vec![("proxy", b.name()), ("server", s.name())], &s.counters, &**s))
+        .collect();
+    each(
+        out,
+        "haproxy_server_current_queue",
+        "gauge",
+        "Requests waiting for this server (always 0: the backend queues).",
+        &items,
+        |_| 0,
+    );
+    each(out, "haproxy_server_current_sessions", "gauge", "Connections open to the server.", &items, |i| {
+        i.of.current_conns() as u64
+    });
+    family(
+        out,
+        "haproxy_server_limit_sessions",
+        "gauge",
+        "The server's max_connections, where set.",
+        items.iter().filter_map(|i| i.of.config().max_connections.map(|n| (i.labels.clone(), n as u64))),
+    );
+    traffic(out, "server", &items);
+    server_side(out, "server", &items);
+    states(
+        out,
+        "haproxy_server_status",
+        "1 for the server's state.",
+        &items,
+        &["DOWN", "UP", "MAINT", "DRAIN", "NOLB"],
+        |s| match s.admin_state() {
+            AdminState::Maint => "MAINT",
+            AdminState::Drain => "DRAIN",
+            AdminState::Ready if s.is_up() => "UP",
+            AdminState::Ready => "DOWN",
+        },
+    );
+    each(out, "haproxy_server_weight", "gauge", "Current weight (0 to 256).", &items, |i| u64::from(i.of.weight()));
+    each(out, "haproxy_server_uweight", "gauge", "Weight as configured or last set.", &items, |i| {
+        u64::from(i.of.weight())
+    });
+    each(out, "haproxy_server_check_failures_total", "counter", "Failed health checks.", &items, |i| {
+        i.of.check_counts().0
+    });
+    each(out, "haproxy_server_check_up_down_total", "counter", "Times health went from up to down.", &items, |i| {
+        i.of.check_counts().1
+    });
+    each(
+        out,
+        "haproxy_server_check_last_change_seconds",
+        "gauge",
+        "Seconds since its state last changed.",
+        &items,
+        |i| i.of.since_last_change().as_secs(),
+    );
+    each(out, "haproxy_server_downtime_seconds_total", "counter", "Seconds spent DOWN or in MAINT.", &items, |i| {
+        i.of.downtime().as_secs()
+    });
+    each(out, "lb_proxy_server_http_requests_total", "counter", "HTTP requests sent to the server.", &items, |i| {
+        i.totals.requests
+    });
 }

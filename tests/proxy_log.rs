@@ -202,3 +202,73 @@ async fn syslog_unix_target_gets_rfc3164_datagrams() {
     assert!(proxy.is_own_pid(parsed.pid), "the pid is the master's or one of its workers': {}", parsed.pid);
     assert_eq!(parsed.request, "GET /via-unix HTTP/1.1");
 }
+
+/// `halog <flag>` (Debian's haproxy package) on these lines: its output.
+fn halog(flag: &str, lines: &[String]) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("halog")
+        .arg(flag)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("halog (Debian's haproxy package)");
+    let mut input = child.stdin.take().expect("stdin");
+    for line in lines {
+        writeln!(input, "{line}").expect("to halog");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("halog");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn halog_reads_the_default_stdout_lines_and_syslog_files() {
+    let s1 = TestServer::start("s1");
+    let m1 = TestServer::start("m1");
+    let proxy = ProxyProcess::start_with(1, config("{ target: stdout, format: haproxy }", &s1, &m1));
+    let mut conn = Connection::open(proxy.addr()).await.expect("connect");
+    for _ in 0..3 {
+        assert_eq!(conn.get("/echo").await.expect("GET").status, 200);
+    }
+    for _ in 0..2 {
+        assert_eq!(conn.get("/status?code=404").await.expect("GET").status, 404);
+    }
+    assert_eq!(conn.get("/off/x").await.expect("GET").status, 503);
+    drop(conn);
+    let lines = proxy.wait_for_log_lines(6).await;
+    assert!(lines.iter().all(|l| log::httplog_regex().is_match(l)), "{lines:#?}");
+
+    // -st: requests by status code; -srv: by server, with its 2xx and 4xx.
+    let statuses = halog("-st", &lines);
+    let statuses: Vec<&str> = statuses.lines().collect();
+    assert_eq!(statuses, ["200 3", "404 2", "503 1"], "halog -st");
+    let servers = halog("-srv", &lines);
+    let s1_row = servers.lines().find(|l| l.starts_with("be/s1 ")).unwrap_or_else(|| panic!("halog -srv:\n{servers}"));
+    let fields: Vec<&str> = s1_row.split_whitespace().collect();
+    assert_eq!(&fields[1..8], ["0", "3", "0", "2", "0", "0", "5"], "1xx 2xx 3xx 4xx 5xx other total: {s1_row}");
+
+    // Through syslog: the daemon drops the <PRI> and writes the rest to its file, which halog
+    // reads the same way.
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP syslog sink");
+    sink.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let log = format!("{{ target: \"udp:{}\", format: haproxy }}", sink.local_addr().expect("addr"));
+    let syslogged = ProxyProcess::start_with(1, config(&log, &s1, &m1));
+    assert_eq!(client::get(syslogged.addr(), "/echo").await.expect("GET").status, 200);
+    assert_eq!(client::get(syslogged.addr(), "/status?code=404").await.expect("GET").status, 404);
+    let file = tokio::task::spawn_blocking(move || {
+        (0..2)
+            .map(|_| {
+                let mut buf = vec![0u8; 9000];
+                let n = sink.recv(&mut buf).expect("a syslog datagram within 10 s");
+                let datagram = String::from_utf8_lossy(&buf[..n]).into_owned();
+                datagram.split_once('>').map(|(_, rest)| rest.to_owned()).unwrap_or(datagram)
+            })
+            .collect::<Vec<String>>()
+    })
+    .await
+    .expect("receiver");
+    let mut statuses: Vec<String> = halog("-st", &file).lines().map(str::to_owned).collect();
+    statuses.sort();
+    assert_eq!(statuses, ["200 1", "404 1"], "halog -st on the syslog file: {file:#?}");
+}

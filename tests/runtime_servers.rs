@@ -162,10 +162,10 @@ async fn every_command_good_and_bad() {
         ("del server nope/s1", "No such backend."),
         ("shutdown sessions server be/zz", "No such server."),
         ("show servers state nope", "Can't find backend."),
-        ("show stat typed", "Usage: show stat [{<iid>|<proxy>} <type> <sid>] (desc, json, typed are not supported)."),
+        ("show stat be typed", "Usage: show stat [{<iid>|<proxy>} <type> <sid>] [typed|json]."),
         ("show stat -1 8 -1", "Invalid type '8': -1, or a sum of 1 (frontends), 2 (backends), 4 (servers)."),
         ("show stat be 4 x", "Invalid server id 'x': -1 or a positive number."),
-        ("show info json", "'show info' takes no option here (json, typed are not supported)."),
+        ("show schema xml", "Usage: show schema json."),
     ];
     let before = proxy.runtime_command("show servers state").await.expect("state");
     for (command, message) in cases {

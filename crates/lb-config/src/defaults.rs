@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, LogTarget, Timeouts};
+use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, LogHeader, LogTarget, Timeouts};
 
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
 pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
@@ -51,6 +51,7 @@ impl Default for Log {
         Log {
             target: LogTarget::Stdout,
             format: LogFormat::Haproxy,
+            header: LogHeader::Rfc3164,
             tag: LOG_TAG.to_owned(),
             facility: Facility::Local0,
             hostname: None,

@@ -65,6 +65,8 @@ pub struct Stats {
 pub struct Log {
     pub target: LogTarget,
     pub format: LogFormat,
+    /// What goes in front of each message (HAProxy's `log … format`).
+    pub header: LogHeader,
     /// The syslog program tag; `haproxy` by default so that existing log tooling matches.
     pub tag: String,
     pub facility: Facility,
@@ -82,6 +84,23 @@ pub enum LogTarget {
     SyslogUdp(SocketAddr),
     /// No access log at all.
     None,
+}
+
+/// The header in front of each log message, as HAProxy's `log … format` names them. On
+/// standard output the `<PRI>` of the syslog forms is left out (the line reads as a syslog
+/// daemon writes it to a file, which is what `halog` parses); syslog targets get it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogHeader {
+    /// `Nov 24 16:26:59 host tag[pid]: ` (the default for the haproxy format).
+    Rfc3164,
+    /// `1 2026-11-24T16:26:59.123+00:00 host tag pid - - `.
+    Rfc5424,
+    /// `2026-11-24T16:26:59.123+00:00 host tag[pid]: `.
+    Iso,
+    /// The message alone (the default for JSON).
+    Raw,
+    /// `<PRI>` and the message (systemd's journal reads the priority from it on stdout).
+    Short,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

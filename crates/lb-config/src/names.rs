@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::model::{AdminState, Balance, Facility, HttpReuse, LogFormat, LogTarget, Mode};
+use crate::model::{AdminState, Balance, Facility, HttpReuse, LogFormat, LogHeader, LogTarget, Mode};
 
 /// Declares the YAML spelling of every variant of a fieldless enum, and derives `as_str`,
 /// `Display` and the table validation parses from.
@@ -32,6 +32,13 @@ keywords!(Mode { "http" => Mode::Http, "tcp" => Mode::Tcp });
 keywords!(Balance { "leastconn" => Balance::LeastConn, "roundrobin" => Balance::RoundRobin });
 keywords!(HttpReuse { "never" => HttpReuse::Never, "safe" => HttpReuse::Safe });
 keywords!(LogFormat { "haproxy" => LogFormat::Haproxy, "json" => LogFormat::Json });
+keywords!(LogHeader {
+    "rfc3164" => LogHeader::Rfc3164,
+    "rfc5424" => LogHeader::Rfc5424,
+    "iso" => LogHeader::Iso,
+    "raw" => LogHeader::Raw,
+    "short" => LogHeader::Short,
+});
 keywords!(AdminState {
     "ready" => AdminState::Ready,
     "drain" => AdminState::Drain,

@@ -66,6 +66,8 @@ pub(crate) struct RawLog {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) format: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tag: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) facility: Option<String>,

@@ -62,6 +62,7 @@ fn global(g: &Global) -> RawGlobal {
         log: Some(RawLog {
             target: Some(g.log.target.to_string()),
             format: Some(g.log.format.to_string()),
+            header: Some(g.log.header.to_string()),
             tag: Some(g.log.tag.clone()),
             facility: Some(g.log.facility.to_string()),
             hostname: g.log.hostname.clone(),

@@ -29,7 +29,7 @@ mod sink;
 #[cfg(test)]
 mod tests;
 
-use format::{Framing, Ident, Record};
+use format::{Framing, Ident, Record, Target};
 use sink::Sink;
 
 /// Lines waiting for the stdout writer; past this many, new lines are dropped.
@@ -117,12 +117,13 @@ impl Logger {
             pid: std::process::id(),
         };
         let pri = (cfg.facility as u8) * 8 + 6; // severity 6: info
-        let (framing, sink) = match &cfg.target {
-            LogTarget::Stdout => (Framing::Line, Sink::stdout(std::io::stdout(), STDOUT_QUEUE)?),
-            LogTarget::SyslogUnix(path) => (Framing::Syslog { pri, with_host: false }, Sink::unix(path)),
-            LogTarget::SyslogUdp(addr) => (Framing::Syslog { pri, with_host: true }, Sink::udp(*addr)?),
-            LogTarget::None => (Framing::Line, Sink::None),
+        let (target, sink) = match &cfg.target {
+            LogTarget::Stdout => (Target::Line, Sink::stdout(std::io::stdout(), STDOUT_QUEUE)?),
+            LogTarget::SyslogUnix(path) => (Target::Syslog { with_host: false }, Sink::unix(path)),
+            LogTarget::SyslogUdp(addr) => (Target::Syslog { with_host: true }, Sink::udp(*addr)?),
+            LogTarget::None => (Target::Line, Sink::None),
         };
+        let framing = Framing { header: cfg.header, pri, target };
         Ok(Logger { inner: Arc::new(Inner { format: cfg.format, ident, framing, sink }) })
     }
 

@@ -1,9 +1,10 @@
 //! HAProxy access-log lines, matched strictly.
 //!
 //! The layout is HAProxy's `option httplog` (configuration manual §8.2.3) and `option tcplog`
-//! (§8.2.2) without captures, behind the header a syslog daemon writes (`<RFC 3339 time> <host>
-//! <tag>[<pid>]: `), as lb-proxy writes them to stdout. This is the shape log tooling such as
-//! node-haproxy-log's matcher expects (`DATE HOST haproxy[PID]: ip:port [date] fe be/srv
+//! (§8.2.2) without captures, behind the header a syslog daemon writes to its file (RFC 3164's
+//! `Mmm dd HH:MM:SS <host> <tag>[<pid>]: `, what halog reads), as lb-proxy writes them to stdout
+//! by default. The message is what log tooling such as node-haproxy-log's matcher expects
+//! (`HOST haproxy[PID]: ip:port [date] fe be/srv
 //! Tq/Tw/Tc/Tr/Tt status bytes - - TERM act/fe/be/srv/retries sq/bq "request"`), with each field
 //! narrowed to what HAProxy can write there: timers are a number or -1 (the total never -1),
 //! the status three digits or -1, the termination state's four characters each from HAProxy's
@@ -13,8 +14,9 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-/// The header in front of every stdout line: RFC 3339 time with milliseconds, host, tag, pid.
-pub const LINE_HEADER: &str = r"(?P<log_date>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}(?:Z|[+-]\d{2}:\d{2})) (?P<host>[^ ]+) (?P<tag>[^ \[\]]+)\[(?P<pid>\d+)\]: ";
+/// The header in front of every stdout line by default: RFC 3164 time (the day padded with a
+/// space), host, tag, pid.
+pub const LINE_HEADER: &str = r"(?P<log_date>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 1-3]\d \d{2}:\d{2}:\d{2}) (?P<host>[^ ]+) (?P<tag>[^ \[\]]+)\[(?P<pid>\d+)\]: ";
 
 /// The RFC 3164 header of a syslog datagram: `<PRI>Mmm dd HH:MM:SS host tag[pid]: `, the day
 /// padded with a space; the host may be left out (as glibc's `syslog()` does for the local

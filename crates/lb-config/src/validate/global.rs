@@ -10,7 +10,7 @@ use crate::defaults::{
     STATS_REFRESH, WORKER_START_TIMEOUT,
 };
 use crate::locate::child;
-use crate::model::{Facility, Global, Log, LogFormat, LogTarget, Stats};
+use crate::model::{Facility, Global, Log, LogFormat, LogHeader, LogTarget, Stats};
 use crate::raw::{RawGlobal, RawLog, RawStats};
 
 /// RFC 5424 limits APP-NAME (the tag) to 48 printable characters.
@@ -115,9 +115,15 @@ fn log(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawLog>) -> Log {
             ctx.error(&child(path, "tag"), "must be at most 48 ASCII characters");
         }
     }
+    let format = ctx.keyword(path, "format", raw.format.as_ref(), LogFormat::KEYWORDS).unwrap_or(LogFormat::Haproxy);
+    let default_header = match format {
+        LogFormat::Haproxy => LogHeader::Rfc3164,
+        LogFormat::Json => LogHeader::Raw,
+    };
     Log {
         target: target.unwrap_or(LogTarget::Stdout),
-        format: ctx.keyword(path, "format", raw.format.as_ref(), LogFormat::KEYWORDS).unwrap_or(LogFormat::Haproxy),
+        format,
+        header: ctx.keyword(path, "header", raw.header.as_ref(), LogHeader::KEYWORDS).unwrap_or(default_header),
         tag: tag.unwrap_or_else(|| LOG_TAG.to_owned()),
         facility: ctx.keyword(path, "facility", raw.facility.as_ref(), Facility::KEYWORDS).unwrap_or(Facility::Local0),
         hostname: ctx.word(path, "hostname", raw.hostname.as_ref()),

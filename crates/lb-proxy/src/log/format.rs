@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Datelike, NaiveDateTime, Offset, SecondsFormat, TimeZone, Timelike, Utc};
-use lb_config::LogFormat;
+use lb_config::{LogFormat, LogHeader};
 use serde_json::{json, Value};
 
 use super::{HttpLog, TcpLog};
@@ -36,17 +36,24 @@ pub(super) struct Ident {
     pub(super) pid: u32,
 }
 
-/// How a message is wrapped for its destination.
+/// How a message is wrapped for its destination: the header style (`global.log.header`), and
+/// whether it is a line or a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
-    /// A line for stdout, ending in `\n`: `<RFC 3339 time> <host> <tag>[<pid>]: <message>`, or
-    /// the bare JSON object.
+pub(super) struct Framing {
+    pub(super) header: LogHeader,
+    pub(super) pri: u8,
+    pub(super) target: Target,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    /// A line for stdout, ending in `\n`, headed as a syslog daemon writes it to a file (no
+    /// `<PRI>`, except in the `short` form, where it is the whole header).
     Line,
-    /// An RFC 3164 datagram: `<PRI>Mmm dd HH:MM:SS <host> <tag>[<pid>]: <message>`. Without
-    /// the host for the local daemon's socket, as glibc's `syslog(3)` and HAProxy write there:
-    /// rsyslog's imuxsock and journald do not parse a host name from their socket (they would
-    /// take it for the tag), and add their own.
-    Syslog { pri: u8, with_host: bool },
+    /// A datagram with its `<PRI>`. Without the host for the local daemon's socket, as glibc's
+    /// `syslog(3)` and HAProxy write there: rsyslog's imuxsock and journald do not parse a host
+    /// name from their socket (they would take it for the tag), and add their own.
+    Syslog { with_host: bool },
 }
 
 /// What is logged.
@@ -72,36 +79,95 @@ pub(super) fn render_into<Tz>(
 {
     out.clear();
     let now = datetime(now, tz);
-    match framing {
-        Framing::Line if format == LogFormat::Json => {}
-        Framing::Line => {
-            push_rfc3339_millis(out, &now);
-            out.push(' ');
-            out.push_str(&ident.host);
-            out.push(' ');
-            out.push_str(&ident.tag);
-            out.push('[');
-            push_u64(out, u64::from(ident.pid));
-            out.push_str("]: ");
-        }
-        Framing::Syslog { pri, with_host } => {
-            let _ = write!(out, "<{pri}>{} ", now.format("%b %e %H:%M:%S"));
-            if with_host {
-                let _ = write!(out, "{} ", ident.host);
-            }
-            let _ = write!(out, "{}[{}]: ", ident.tag, ident.pid);
-        }
-    }
+    header(out, framing, ident, &now);
     match (format, rec) {
         (LogFormat::Haproxy, Record::Http(rec)) => http_message(out, rec, tz),
         (LogFormat::Haproxy, Record::Tcp(rec)) => tcp_message(out, rec, tz),
         (LogFormat::Json, Record::Http(rec)) => out.push_str(&http_json(rec, tz).to_string()),
         (LogFormat::Json, Record::Tcp(rec)) => out.push_str(&tcp_json(rec, tz).to_string()),
     }
-    match framing {
-        Framing::Line => out.push('\n'),
-        Framing::Syslog { .. } => truncate(out, MAX_DATAGRAM),
+    match framing.target {
+        Target::Line => out.push('\n'),
+        Target::Syslog { .. } => truncate(out, MAX_DATAGRAM),
     }
+}
+
+/// The header in front of a message, in the configured style.
+fn header<Tz>(out: &mut String, framing: Framing, ident: &Ident, now: &DateTime<Tz>)
+where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    let (syslog, with_host) = match framing.target {
+        Target::Line => (false, true),
+        Target::Syslog { with_host } => (true, with_host),
+    };
+    if syslog || framing.header == LogHeader::Short {
+        let _ = write!(out, "<{}>", framing.pri);
+    }
+    let host = |out: &mut String| {
+        if with_host {
+            out.push_str(&ident.host);
+            out.push(' ');
+        }
+    };
+    let tag_pid = |out: &mut String| {
+        out.push_str(&ident.tag);
+        out.push('[');
+        push_u64(out, u64::from(ident.pid));
+        out.push_str("]: ");
+    };
+    match framing.header {
+        LogHeader::Raw | LogHeader::Short => {}
+        LogHeader::Rfc3164 => {
+            push_rfc3164_time(out, now);
+            out.push(' ');
+            host(out);
+            tag_pid(out);
+        }
+        LogHeader::Iso => {
+            push_rfc3339_millis(out, now);
+            out.push(' ');
+            host(out);
+            tag_pid(out);
+        }
+        LogHeader::Rfc5424 => {
+            out.push_str("1 ");
+            push_rfc3339_millis(out, now);
+            out.push(' ');
+            // RFC 5424 has a field for the host either way: `-` when it is left to the daemon.
+            out.push_str(if with_host { &ident.host } else { "-" });
+            out.push(' ');
+            out.push_str(&ident.tag);
+            out.push(' ');
+            push_u64(out, u64::from(ident.pid));
+            out.push_str(" - - ");
+        }
+    }
+}
+
+/// `Nov 24 16:26:59`, `Nov  4 …` for single-digit days (RFC 3164's `Mmm dd hh:mm:ss`).
+fn push_rfc3164_time<Tz: TimeZone>(out: &mut String, t: &DateTime<Tz>) {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    out.push_str(MONTHS[t.month0() as usize % 12]);
+    out.push(' ');
+    if t.day() < 10 {
+        out.push(' ');
+    }
+    push_u64(out, u64::from(t.day()));
+    out.push(' ');
+    push_2(out, t.hour());
+    out.push(':');
+    push_2(out, t.minute());
+    out.push(':');
+    push_2(out, t.second());
+}
+
+fn push_2(out: &mut String, n: u32) {
+    if n < 10 {
+        out.push('0');
+    }
+    push_u64(out, u64::from(n));
 }
 
 /// `<ip>:<port> [<accept date>] <frontend> <backend>/<server> <TR>/<Tw>/<Tc>/<Tr>/<Ta> <status>

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::FixedOffset;
-use lb_config::{Facility, Log, LogFormat, LogTarget};
+use lb_config::{Facility, Log, LogFormat, LogHeader, LogTarget};
 
-use super::format::{render_into, Framing, Ident, Record};
+use super::format::{render_into, Framing, Ident, Record, Target};
 use super::sink::{Sink, UnixSyslog};
 use super::{HttpLog, Inner, Logger, TcpLog};
 use crate::facts::{ConnFacts, TlsFacts};
@@ -91,6 +91,16 @@ pub(super) fn utc() -> FixedOffset {
 }
 
 /// `rec` rendered at `now` as the tests' host and program.
+/// Lines on standard output with `header`, local0.info.
+pub(super) fn stdout(header: LogHeader) -> Framing {
+    Framing { header, pri: 134, target: Target::Line }
+}
+
+/// Datagrams to a remote syslog (with the host), local0.info.
+fn syslog_udp(header: LogHeader) -> Framing {
+    Framing { header, pri: 134, target: Target::Syslog { with_host: true } }
+}
+
 fn rendered(rec: Record<'_, '_>, format: LogFormat, framing: Framing, now: SystemTime, tz: &FixedOffset) -> String {
     let mut out = String::new();
     render_into(&mut out, rec, format, framing, &ident(), now, tz);
@@ -106,14 +116,14 @@ fn httplog_exact_line() {
     let f = facts(Some("10.0.1.2:33317"));
     let rec = http(&f, "GET /index.html HTTP/1.1");
     assert_eq!(
-        line(Record::Http(&rec), LogFormat::Haproxy, Framing::Line, &utc()),
+        line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &utc()),
         "2009-02-13T23:31:30.764+00:00 lb1 haproxy[4242]: 10.0.1.2:33317 \
          [13/Feb/2009:23:31:30.655] http-in static/srv1 10/0/30/69/109 200 2750 - - ---- \
          1/1/1/1/0 0/0 \"GET /index.html HTTP/1.1\"\n"
     );
     // Local time with an offset: both dates move, the offset is written.
     let cet = FixedOffset::east_opt(3600).expect("offset");
-    let l = line(Record::Http(&rec), LogFormat::Haproxy, Framing::Line, &cet);
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &cet);
     assert!(
         l.starts_with("2009-02-14T00:31:30.764+01:00 lb1 haproxy[4242]: 10.0.1.2:33317 [14/Feb/2009:00:31:30.655] "),
         "{l}"
@@ -124,12 +134,12 @@ fn httplog_exact_line() {
 fn httplog_escapes_and_special_clients() {
     let f = facts(Some("[2001:db8::1]:50000"));
     let rec = http(&f, "GET /a\"b#c\n\u{e9} HTTP/1.1");
-    let l = line(Record::Http(&rec), LogFormat::Haproxy, Framing::Line, &utc());
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &utc());
     assert!(l.contains(" 2001:db8::1:50000 ["), "{l}");
     assert!(l.ends_with(" \"GET /a#22b#23c#0A#C3#A9 HTTP/1.1\"\n"), "{l}");
     let unix = facts(None);
     let rec = http(&unix, "GET / HTTP/1.1");
-    let l = line(Record::Http(&rec), LogFormat::Haproxy, Framing::Line, &utc());
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &utc());
     assert!(l.contains(": unix:0 [13/Feb/2009"), "{l}");
 }
 
@@ -139,7 +149,7 @@ fn tcplog_exact_line() {
     let mut rec = tcp(&f);
     rec.termination = *b"sD";
     assert_eq!(
-        line(Record::Tcp(&rec), LogFormat::Haproxy, Framing::Line, &utc()),
+        line(Record::Tcp(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &utc()),
         "2009-02-13T23:31:30.764+00:00 lb1 haproxy[4242]: 10.0.0.1:5000 \
          [13/Feb/2009:23:31:30.655] fnt bck/srv1 0/5/5007 212 sD 0/0/0/0/3 0/0\n"
     );
@@ -158,7 +168,7 @@ fn json_lines() {
     f.authority = Some("api.example.com".to_owned());
     let mut rec = http(&f, "GET /a b HTTP/1.1");
     rec.tresp = -1;
-    let l = line(Record::Http(&rec), LogFormat::Json, Framing::Line, &utc());
+    let l = line(Record::Http(&rec), LogFormat::Json, stdout(LogHeader::Raw), &utc());
     assert!(l.ends_with("}\n") && l.matches('\n').count() == 1, "{l}");
     let v: serde_json::Value = serde_json::from_str(&l).expect("JSON");
     assert_eq!(v["client_ip"], "2001:db8::7");
@@ -181,12 +191,12 @@ fn json_lines() {
     let mut bad = http(&plain, "<BADREQ>");
     bad.status = -1;
     let v: serde_json::Value =
-        serde_json::from_str(&line(Record::Http(&bad), LogFormat::Json, Framing::Line, &utc())).expect("JSON");
+        serde_json::from_str(&line(Record::Http(&bad), LogFormat::Json, stdout(LogHeader::Raw), &utc())).expect("JSON");
     assert!(v["client_ip"].is_null() && v["status"].is_null() && v["method"].is_null());
     assert!(v.get("tls_version").is_none() && v.get("sni").is_none());
 
     let t = tcp(&plain);
-    let l = line(Record::Tcp(&t), LogFormat::Json, Framing::Syslog { pri: 134, with_host: true }, &utc());
+    let l = line(Record::Tcp(&t), LogFormat::Json, syslog_udp(LogHeader::Rfc3164), &utc());
     let json = l.strip_prefix("<134>Feb 13 23:31:30 lb1 haproxy[4242]: ").expect("syslog header");
     let v: serde_json::Value = serde_json::from_str(json).expect("JSON");
     assert_eq!((&v["mode"], &v["total_time_ms"]), (&"tcp".into(), &5007.into()));
@@ -198,13 +208,13 @@ fn syslog_framing() {
     let f = facts(Some("10.0.1.2:33317"));
     let rec = http(&f, "GET / HTTP/1.1");
     // RFC 3164 pads the day with a space.
-    let syslog = Framing::Syslog { pri: 134, with_host: true };
+    let syslog = syslog_udp(LogHeader::Rfc3164);
     let l = rendered(Record::Http(&rec), LogFormat::Haproxy, syslog, at(1_233_446_400, 0), &utc()); // 2009-02-01
     assert!(l.starts_with("<134>Feb  1 00:00:00 lb1 haproxy[4242]: 10.0.1.2:33317 ["), "{l}");
     assert!(!l.ends_with('\n'));
     let long = "x".repeat(20_000);
     let rec = http(&f, &long);
-    let l = line(Record::Http(&rec), LogFormat::Haproxy, Framing::Syslog { pri: 134, with_host: true }, &utc());
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, syslog_udp(LogHeader::Rfc3164), &utc());
     assert_eq!(l.len(), super::format::MAX_DATAGRAM);
 }
 
@@ -212,6 +222,7 @@ fn config(target: LogTarget) -> Log {
     Log {
         target,
         format: LogFormat::Haproxy,
+        header: LogHeader::Rfc3164,
         tag: "haproxy".to_owned(),
         facility: Facility::Local0,
         hostname: Some("lb1".to_owned()),
@@ -320,7 +331,7 @@ fn stdout_logger(out: impl Write + Send + 'static, queue: usize) -> Logger {
         inner: Arc::new(Inner {
             format: LogFormat::Haproxy,
             ident: ident(),
-            framing: Framing::Line,
+            framing: stdout(LogHeader::Iso),
             sink: Sink::stdout(out, queue).expect("writer thread"),
         }),
     }
@@ -391,4 +402,27 @@ fn stdout_lines_in_order_from_clones() {
             .collect();
         assert_eq!(mine, (0..1000).collect::<Vec<_>>());
     }
+}
+
+#[test]
+fn every_header_style_as_haproxy_names_them() {
+    let f = facts(Some("10.0.1.2:33317"));
+    let rec = http(&f, "GET / HTTP/1.1");
+    let message = "10.0.1.2:33317 [13/Feb/2009:23:31:30.655] ";
+    let head = |framing: Framing| {
+        let l = line(Record::Http(&rec), LogFormat::Haproxy, framing, &utc());
+        l[..l.find(message).unwrap_or_else(|| panic!("{l}"))].to_owned()
+    };
+    // On stdout, as a syslog daemon writes its file: what halog reads (the default).
+    assert_eq!(head(stdout(LogHeader::Rfc3164)), "Feb 13 23:31:30 lb1 haproxy[4242]: ");
+    assert_eq!(head(stdout(LogHeader::Iso)), "2009-02-13T23:31:30.764+00:00 lb1 haproxy[4242]: ");
+    assert_eq!(head(stdout(LogHeader::Rfc5424)), "1 2009-02-13T23:31:30.764+00:00 lb1 haproxy 4242 - - ");
+    assert_eq!(head(stdout(LogHeader::Raw)), "");
+    assert_eq!(head(stdout(LogHeader::Short)), "<134>");
+    // To a syslog daemon: with the priority in front.
+    assert_eq!(head(syslog_udp(LogHeader::Rfc5424)), "<134>1 2009-02-13T23:31:30.764+00:00 lb1 haproxy 4242 - - ");
+    assert_eq!(head(syslog_udp(LogHeader::Iso)), "<134>2009-02-13T23:31:30.764+00:00 lb1 haproxy[4242]: ");
+    assert_eq!(head(syslog_udp(LogHeader::Raw)), "<134>");
+    let local = Framing { header: LogHeader::Rfc5424, pri: 134, target: Target::Syslog { with_host: false } };
+    assert_eq!(head(local), "<134>1 2009-02-13T23:31:30.764+00:00 - haproxy 4242 - - ");
 }

@@ -276,3 +276,59 @@ async fn counters_chain_through_back_to_back_reloads() {
         count()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_times_in_the_csv_and_as_histograms() {
+    let (s1, s2) = (TestServer::start("a1"), TestServer::start("a2"));
+    let proxy = ProxyProcess::start_with(2, config(&s1, &s2));
+    // a2 is not checked and a3 is down: with round robin between a1 and a2, each gets two.
+    for _ in 0..4 {
+        assert_eq!(client::get(proxy.addr(), "/slow?ms=150").await.expect("request").status, 200);
+    }
+    for _ in 0..4 {
+        assert_eq!(client::get(proxy.addr(), "/").await.expect("request").status, 200);
+    }
+    let (_, rows) = parse_stat_csv(&proxy.runtime("show stat")).unwrap_or_default();
+    for sv in ["a1", "a2", "BACKEND"] {
+        let n = |column: &str| number(&rows, "api", sv, column);
+        // Averages over the requests so far: half took 150 ms, half almost nothing.
+        assert!((70..150).contains(&n("rtime")), "api/{sv} rtime {}", n("rtime"));
+        assert!(n("ttime") >= n("rtime"), "api/{sv} ttime {} < rtime", n("ttime"));
+        assert!((150..1000).contains(&n("rtime_max")), "api/{sv} rtime_max {}", n("rtime_max"));
+        assert!(n("ttime_max") >= 150, "api/{sv} ttime_max {}", n("ttime_max"));
+        assert_eq!((n("qtime"), n("qtime_max")), (0, 0), "api/{sv}: nothing queued");
+        assert!(n("ctime_max") < 150, "api/{sv} ctime_max {}", n("ctime_max"));
+    }
+    assert_eq!(row(&rows, "web", "FRONTEND")["rtime"], "", "frontends have no server times, as in HAProxy");
+
+    let m = metrics(&proxy);
+    let api = [("proxy", "api")];
+    let average = m.value("haproxy_backend_response_time_average_seconds", &api).expect("average");
+    assert!((0.07..0.15).contains(&average), "response average {average}");
+    let max = m.value("haproxy_server_max_total_time_seconds", &[("proxy", "api"), ("server", "a1")]).expect("max");
+    assert!(max >= 0.15, "a1's longest {max}");
+    let bucket = |phase: &str, le: &str| {
+        m.value("lb_proxy_backend_request_duration_seconds_bucket", &[("proxy", "api"), ("phase", phase), ("le", le)])
+    };
+    assert_eq!(bucket("first_byte", "+Inf"), Some(8.0));
+    assert_eq!(bucket("first_byte", "0.1"), Some(4.0), "the four quick ones");
+    assert_eq!(bucket("first_byte", "0.25"), Some(8.0), "and the four slow ones under 250 ms");
+    assert_eq!(bucket("total", "0.1"), Some(4.0));
+    assert_eq!(bucket("connect", "0.1"), Some(8.0));
+    assert_eq!(m.families["lb_proxy_backend_request_duration_seconds"].kind, "histogram");
+    let sum = m.value("lb_proxy_backend_request_duration_seconds_sum", &[("proxy", "api"), ("phase", "total")]);
+    assert!(sum.is_some_and(|s| s >= 0.6), "total sum {sum:?}");
+    let text = http_get(stats_addr(&proxy), "/metrics").2;
+    let complaints = promtool_check(&text);
+    assert!(complaints.is_empty(), "promtool check metrics: {complaints}");
+
+    // Histograms are counters: carried across a reload.
+    proxy.reload().await.expect("reload");
+    assert_eq!(
+        metrics(&proxy).value(
+            "lb_proxy_backend_request_duration_seconds_bucket",
+            &[("proxy", "api"), ("phase", "total"), ("le", "+Inf")]
+        ),
+        Some(8.0)
+    );
+}

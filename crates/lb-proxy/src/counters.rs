@@ -15,6 +15,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+mod timing;
+
+pub(crate) use timing::{DurationTotals, Sample, BUCKETS_MS, PHASES};
+use timing::{Durations, Times};
+
 /// One frontend's, backend's or server's counters.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -46,6 +51,10 @@ pub(crate) struct Counters {
     /// Sessions and requests per second, over the last complete second.
     pub(crate) session_rate: Rate,
     pub(crate) request_rate: Rate,
+    /// Response times (backends and servers): averages over the last 1024 requests, maxima.
+    pub(crate) times: Times,
+    /// Histograms of connect, first-byte and total times (backends).
+    pub(crate) durations: Durations,
 }
 
 /// Events in the current second and in the one before.
@@ -170,6 +179,7 @@ impl Counters {
             server_aborts: get(&self.server_aborts),
             max_sessions: get(&self.max_sessions),
             last_session: get(&self.last_session),
+            durations: self.durations.totals(),
         }
     }
 
@@ -191,6 +201,7 @@ impl Counters {
         add(&self.server_aborts, base.server_aborts);
         self.max_sessions.fetch_max(base.max_sessions, Ordering::Relaxed);
         self.last_session.fetch_max(base.last_session, Ordering::Relaxed);
+        self.durations.inherit(&base.durations);
     }
 }
 
@@ -213,6 +224,9 @@ pub(crate) struct Totals {
     pub(crate) server_aborts: u64,
     pub(crate) max_sessions: u64,
     pub(crate) last_session: u64,
+    /// Histograms (backends only; absent when empty, and from workers from before them).
+    #[serde(default, skip_serializing_if = "DurationTotals::is_empty")]
+    pub(crate) durations: DurationTotals,
 }
 
 /// Every counter of a worker, by name, handed to the next worker at a reload. Frontends,
@@ -257,6 +271,7 @@ impl Totals {
             server_aborts: d(self.server_aborts, earlier.server_aborts),
             max_sessions: self.max_sessions,
             last_session: self.last_session,
+            durations: self.durations.since(&earlier.durations),
         }
     }
 }

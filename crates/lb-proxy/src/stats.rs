@@ -136,6 +136,13 @@ fn server_side_traffic(row: &mut Row, c: &Counters) {
         .set("cli_abrt", t.client_aborts)
         .set("srv_abrt", t.server_aborts)
         .set("lastsess", last_session(c));
+    // HAProxy's times: averages over the last 1024 requests, and maxima, in ms.
+    let averages = c.times.averages();
+    let maxima = c.times.maxima();
+    for (i, name) in ["qtime", "ctime", "rtime", "ttime"].iter().enumerate() {
+        row.set(name, averages[i]);
+        row.set(&format!("{name}_max"), maxima[i]);
+    }
     responses(row, c);
 }
 

@@ -165,11 +165,17 @@ pub struct Sample {
 
 impl Metrics {
     /// The value of `name` with exactly these labels.
+    /// A histogram's `_bucket`, `_sum` and `_count` samples are found by their own names.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let family = self.families.get(name)?;
+        let family = self.families.get(name).or_else(|| self.families.get(histogram_family(name)?))?;
         let want: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        family.samples.iter().find(|s| s.labels == want).map(|s| s.value)
+        family.samples.iter().find(|s| s.name == name && s.labels == want).map(|s| s.value)
     }
+}
+
+/// The family of a histogram's or summary's sample name (`x_bucket`, `x_sum`, `x_count` → `x`).
+fn histogram_family(name: &str) -> Option<&str> {
+    ["_bucket", "_sum", "_count"].iter().find_map(|suffix| name.strip_suffix(suffix))
 }
 
 fn valid_metric_name(name: &str) -> bool {
@@ -224,14 +230,18 @@ pub fn parse_prometheus(text: &str) -> Result<Metrics, String> {
             continue;
         }
         let sample = parse_sample(line).map_err(at)?;
-        let family = metrics
-            .families
-            .get_mut(&sample.name)
-            .ok_or_else(|| at(format!("sample of {} before its TYPE", sample.name)))?;
+        let family_name = match metrics.families.get(&sample.name) {
+            Some(_) => sample.name.clone(),
+            None => histogram_family(&sample.name)
+                .filter(|f| metrics.families.get(*f).is_some_and(|f| f.kind == "histogram" || f.kind == "summary"))
+                .map(str::to_owned)
+                .ok_or_else(|| at(format!("sample of {} before its TYPE", sample.name)))?,
+        };
+        let family = metrics.families.get_mut(&family_name).expect("found above");
         if family.kind.is_empty() {
             return Err(at("sample before TYPE".into()));
         }
-        if family.samples.iter().any(|s| s.labels == sample.labels) {
+        if family.samples.iter().any(|s| s.name == sample.name && s.labels == sample.labels) {
             return Err(at("duplicate sample".into()));
         }
         if family.kind == "counter" && (sample.value < 0.0 || sample.value.is_nan()) {

@@ -18,7 +18,7 @@ use super::upstream::{acquire, fresh, ServerConn, Upstream};
 use super::{errors, headers, ConnCtx};
 use crate::backend::{BackendState, ServerState};
 use crate::connect::ConnectFailure;
-use crate::counters::Transfer;
+use crate::counters::{Sample, Transfer};
 use crate::log::HttpLog;
 
 /// What the log line of one request needs, filled in as the request goes.
@@ -60,6 +60,19 @@ impl Exchange {
         }
         if let Some(server) = server {
             server.counters.request(None, self.status, bytes, self.termination);
+            // Times of a request that reached a server (HAProxy's qtime, ctime, rtime, ttime).
+            let ms = |t: i64| u64::try_from(t).unwrap_or(0);
+            let sample = Sample {
+                queue_ms: ms(self.tw),
+                connect_ms: ms(self.tc),
+                response_ms: ms(self.tresp),
+                total_ms: ta.as_millis() as u64,
+            };
+            server.counters.times.add(&sample);
+            if let Some(backend) = backend {
+                backend.counters.times.add(&sample);
+                backend.counters.durations.add(&sample);
+            }
         }
         let record = HttpLog {
             facts: &ctx.facts,

@@ -93,6 +93,16 @@ fn traffic_cells(current: usize, counters: &Counters) -> String {
     cells
 }
 
+/// Response and total times: averages over the last 1024 requests, the maxima on hover.
+fn times_cell(counters: &Counters) -> String {
+    let [_, connect, response, total] = counters.times.averages();
+    let [_, connect_max, response_max, total_max] = counters.times.maxima();
+    format!(
+        "<td title=\"connect {connect} ms (max {connect_max}), response {response} ms (max {response_max}), \
+         total {total} ms (max {total_max})\">{response} / {total}</td>"
+    )
+}
+
 const TRAFFIC_HEADERS: &str = "<th>cur</th><th>max</th><th>total</th><th>rate/s</th><th>requests</th>\
 <th>bytes in</th><th>bytes out</th><th>2xx</th><th>4xx</th><th>5xx</th>";
 
@@ -125,10 +135,11 @@ fn server_row(out: &mut String, server: &ServerState) {
     };
     let _ = write!(
         out,
-        "<tr><td>{name}</td>{state}{traffic}<td>{addr}</td><td>{weight}</td><td>{check}</td><td>{changed}</td></tr>",
+        "<tr><td>{name}</td>{state}{traffic}{times}<td>{addr}</td><td>{weight}</td><td>{check}</td><td>{changed}</td></tr>",
         name = esc(server.name()),
         state = state_cell(server_status(server)),
         traffic = traffic_cells(server.current_conns(), &server.counters),
+        times = times_cell(&server.counters),
         addr = server.addr(),
         weight = server.weight(),
         changed = ago(server.since_last_change()),
@@ -140,7 +151,8 @@ fn backend(out: &mut String, backend: &BackendState) {
     let _ = write!(
         out,
         "<section><h2><span class=\"kind\">backend</span>{name}<span class=\"kind\">{algo}, {active}/{total} active, \
-         {queued} queued</span></h2><table><tr><th>server</th><th>status</th>{TRAFFIC_HEADERS}<th>address</th>\
+         {queued} queued</span></h2><table><tr><th>server</th><th>status</th>{TRAFFIC_HEADERS}\
+         <th title=\"averages over the last 1024 requests\">resp / total ms</th><th>address</th>\
          <th>weight</th><th>last check</th><th>last change</th></tr>",
         name = esc(backend.name()),
         algo = super::algo(backend.config().balance),
@@ -153,9 +165,10 @@ fn backend(out: &mut String, backend: &BackendState) {
     }
     let _ = write!(
         out,
-        "<tr class=\"total\"><td>BACKEND</td>{state}{traffic}<td></td><td></td><td></td><td></td></tr></table></section>",
+        "<tr class=\"total\"><td>BACKEND</td>{state}{traffic}{times}<td></td><td></td><td></td><td></td></tr></table></section>",
         state = state_cell(backend_status(backend)),
         traffic = traffic_cells(backend.current_conns(), &backend.counters),
+        times = times_cell(&backend.counters),
     );
 }
 

@@ -14,7 +14,7 @@ use lb_config::AdminState;
 use lb_supervisor::{ProcTable, Role};
 
 use crate::backend::{BackendState, ServerState};
-use crate::counters::{Counters, Totals};
+use crate::counters::{Counters, Totals, BUCKETS_MS, PHASES};
 use crate::serve::{FrontendState, Proxy};
 
 const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
@@ -158,6 +158,50 @@ fn server_side<T>(out: &mut String, level: &str, items: &[Item<'_, T>]) {
     each(out, &name("last_session_seconds"), "gauge", "Seconds since the last session (-1: never).", items, |i| {
         super::last_session(i.counters)
     });
+    let seconds = |ms: u64| ms as f64 / 1000.0;
+    for (n, phase) in ["queue", "connect", "response", "total"].iter().enumerate() {
+        each(
+            out,
+            &name(&format!("{phase}_time_average_seconds")),
+            "gauge",
+            &format!("Average {phase} time over the last 1024 requests."),
+            items,
+            |i| seconds(i.counters.times.averages()[n]),
+        );
+        each(
+            out,
+            &name(&format!("max_{phase}_time_seconds")),
+            "gauge",
+            &format!("Longest {phase} time seen."),
+            items,
+            |i| seconds(i.counters.times.maxima()[n]),
+        );
+    }
+}
+
+/// `lb_proxy_backend_request_duration_seconds`: a histogram per backend and phase (connect,
+/// first byte of the response, total), carried across reloads.
+fn durations(out: &mut String, items: &[Item<'_, BackendState>]) {
+    let name = "lb_proxy_backend_request_duration_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Requests that reached a server, by time to connect, to the response's first byte, and in total.\n# TYPE {name} histogram"
+    );
+    for item in items {
+        let proxy = item.labels.first().map_or("", |(_, v)| *v);
+        for (p, phase) in PHASES.iter().enumerate() {
+            let counts = item.totals.durations.phases.get(p).cloned().unwrap_or_else(|| vec![0; BUCKETS_MS.len() + 1]);
+            let labels = format!("proxy=\"{}\",phase=\"{phase}\"", escape(proxy));
+            let mut cumulative = 0;
+            for (b, count) in counts.iter().enumerate() {
+                cumulative += count;
+                let le = BUCKETS_MS.get(b).map_or("+Inf".to_owned(), |ms| (*ms as f64 / 1000.0).to_string());
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+            }
+            let sum = item.totals.durations.sums_ms.get(p).copied().unwrap_or(0) as f64 / 1000.0;
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}\n{name}_count{{{labels}}} {cumulative}");
+        }
+    }
 }
 
 /// The whole `/metrics` body. `procs`: the master's `show proc` (None without a master).
@@ -303,7 +347,7 @@ fn backends(out: &mut String, proxy: &Proxy) {
         "1 for the backend's state (UP: a server takes traffic).",
         &items,
         &["DOWN", "UP"],
-        |b| super::backend_status(b),
+        super::backend_status,
     );
     each(out, "haproxy_backend_weight", "gauge", "Total weight of the servers taking traffic.", &items, |i| {
         i.of.servers()
@@ -323,6 +367,7 @@ fn backends(out: &mut String, proxy: &Proxy) {
         i.of.downtime().as_secs()
     });
     each(out, "haproxy_backend_http_requests_total", "counter", "HTTP requests.", &items, |i| i.totals.requests);
+    durations(out, &items);
 }
 
 fn servers(out: &mut String, proxy: &Proxy) {

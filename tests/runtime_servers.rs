@@ -148,7 +148,7 @@ async fn every_command_good_and_bad() {
         ("set server be/s1 state foo", "'set server <srv> state' expects 'ready', 'drain' and 'maint'."),
         ("set server be/s1 weight 300", "Absolute weight can only be between 0 and 256 inclusive."),
         ("set weight be/s1 abc", "Weight must be a number between 0 and 256, got 'abc'."),
-        ("set server be/s1", "usage: set server <backend>/<server> state <ready|drain|maint> | weight <0-256>"),
+        ("set server be/s1", "usage: set server <backend>/<server> state <ready|drain|maint> | weight <0-256>[%] | addr <ip> [port <port>] | health <up|down>"),
         ("add server be/s1 127.0.0.1:1", "Already exists a server with the same name in backend."),
         ("add server nope/x 127.0.0.1:1", "No such backend."),
         ("add server be/x example.com:80", "Invalid address 'example.com:80': expected IP:port (no host names), e.g. 10.0.0.5:8080."),

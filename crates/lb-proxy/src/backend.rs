@@ -295,6 +295,19 @@ impl BackendState {
         self.note_availability();
     }
 
+    /// Move `server` (runtime API); returns its old address.
+    pub(crate) fn set_addr(&self, server: &ServerState, addr: std::net::SocketAddr) -> std::net::SocketAddr {
+        server.set_addr(addr)
+    }
+
+    /// Stop or resume `server`'s health checks (runtime API). Stopped, it counts as up.
+    pub(crate) fn pause_checks(&self, server: &ServerState, paused: bool) {
+        if server.pause_checks(paused) && paused {
+            server.set_up(true, Instant::now());
+        }
+        self.note_availability();
+    }
+
     /// Set `server`'s health, as its checks decided at `now`: see [`ServerState::set_up`].
     pub(crate) fn set_up(&self, server: &ServerState, up: bool, now: Instant) {
         server.set_up(up, now);

@@ -20,6 +20,8 @@ pub(crate) struct Connected {
     pub(crate) connect_time: Duration,
     /// Time spent waiting in the backend's queue for a server slot (the log's Tw).
     pub(crate) queue_time: Duration,
+    /// The server's address generation connected to (see `ServerState::addr_generation`).
+    pub(crate) addr_generation: u64,
 }
 
 /// Why no connection could be made.
@@ -47,7 +49,8 @@ pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> R
     loop {
         let server = lease.server().clone();
         let started = Instant::now();
-        let result = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.addr())).await {
+        let (addr, addr_generation) = server.addr_and_generation();
+        let result = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => Err((false, e)),
             Err(_) => Err((true, io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))),
@@ -56,7 +59,7 @@ pub(crate) async fn connect(backend: &Arc<BackendState>, retries: &mut u32) -> R
             Ok(stream) => {
                 server.observe_connect(true);
                 let _ = stream.set_nodelay(true);
-                return Ok(Connected { stream, lease, connect_time: started.elapsed(), queue_time });
+                return Ok(Connected { stream, lease, connect_time: started.elapsed(), queue_time, addr_generation });
             }
             Err((timed_out, error)) => {
                 server.observe_connect(false);

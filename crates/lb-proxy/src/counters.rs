@@ -94,6 +94,15 @@ impl Rate {
     pub(crate) fn max(&self) -> u64 {
         self.max.load(Ordering::Relaxed).max(self.per_second())
     }
+
+    /// Events so far in the second `now`.
+    pub(crate) fn this_second(&self, now: u64) -> u64 {
+        if self.second.load(Ordering::Relaxed) == now {
+            self.current.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
 }
 
 pub(crate) fn unix_now() -> u64 {
@@ -181,6 +190,40 @@ impl Counters {
             last_session: get(&self.last_session),
             durations: self.durations.totals(),
         }
+    }
+
+    /// `clear counters`: the maxima and peak rates start again from now.
+    pub(crate) fn clear_maxima(&self) {
+        self.max_sessions.store(0, Ordering::Relaxed);
+        self.session_rate.max.store(0, Ordering::Relaxed);
+        self.request_rate.max.store(0, Ordering::Relaxed);
+        self.times.clear_maxima();
+    }
+
+    /// `clear counters all`: every counter back to 0.
+    pub(crate) fn clear_all(&self) {
+        self.clear_maxima();
+        for counter in [
+            &self.sessions,
+            &self.requests,
+            &self.bytes_in,
+            &self.bytes_out,
+            &self.request_errors,
+            &self.connect_errors,
+            &self.response_errors,
+            &self.retries,
+            &self.redispatches,
+            &self.client_aborts,
+            &self.server_aborts,
+            &self.last_session,
+        ]
+        .into_iter()
+        .chain(&self.responses)
+        {
+            counter.store(0, Ordering::Relaxed);
+        }
+        self.times.clear();
+        self.durations.clear();
     }
 
     /// Count on from a predecessor's totals.

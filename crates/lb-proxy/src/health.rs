@@ -207,8 +207,9 @@ async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut sh
         if server.is_removed() {
             return;
         }
-        if server.admin_state() == AdminState::Maint {
-            // Not checked in maintenance: wait to be told it left (or to stop).
+        if server.admin_state() == AdminState::Maint || server.checks_paused() {
+            // Not checked in maintenance or with checks stopped (`disable health`): wait to be
+            // told it changed (or to stop).
             tokio::select! {
                 () = shutdown.draining() => return,
                 () = server.woken() => {}
@@ -231,7 +232,7 @@ async fn check_loop(backend: Arc<BackendState>, server: Arc<ServerState>, mut sh
                     () = tokio::time::sleep_until(gap_end.into()) => {}
                 }
             }
-            if server.admin_state() == AdminState::Maint || server.is_removed() {
+            if server.admin_state() == AdminState::Maint || server.checks_paused() || server.is_removed() {
                 continue;
             }
         }

@@ -28,7 +28,7 @@ use crate::listener::ClientStream;
 use crate::serve::{FrontendState, Proxy};
 use lb_supervisor::Shutdown;
 
-pub(crate) use self::upstream::Pool;
+pub(crate) use self::upstream::{Pool, MAX_IDLE_PER_SERVER};
 
 /// hyper's read buffer cannot be smaller than this.
 const MIN_HEADER_BUFFER: usize = 8192;

@@ -34,6 +34,7 @@ mod error;
 mod facts;
 mod health;
 mod http;
+mod limit;
 mod listener;
 mod log;
 mod runtime;

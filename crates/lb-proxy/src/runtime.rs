@@ -10,8 +10,11 @@
 //!
 //! # Layout
 //! - this file: [`ProxyRuntime`], parsing and dispatch, `help`.
-//! - `servers`: the commands that change servers (state, weight, add, del, shutdown sessions).
+//! - `servers`: the commands that change servers (state, weight, address, health checks, add,
+//!   del, shutdown sessions).
+//! - `process`: the process and its frontends (limits, pausing, counters, version, activity).
 
+mod process;
 mod servers;
 #[cfg(test)]
 mod tests;
@@ -29,22 +32,37 @@ use crate::stats;
 const HELP: &str = "\
 The following commands are valid at this level:
   add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>] : add a server (in maintenance)
+  clear counters [all]                    : clear the maxima (all: every counter)
   del server <bk>/<srv>                   : remove a server in maintenance or drain without connections
+  disable frontend <fe>                   : stop accepting on a frontend (open connections go on)
+  disable health <bk>/<srv>               : stop a server's health checks (it counts as up)
   disable server <bk>/<srv>               : put a server in maintenance (same as 'set server <bk>/<srv> state maint')
+  enable frontend <fe>                    : accept again on a frontend
+  enable health <bk>/<srv>                : resume a server's health checks
   enable server <bk>/<srv>                : take a server out of maintenance or drain (state ready)
   get weight <bk>/<srv>                   : report a server's current and initial weight
   help                                    : list the commands
   prompt                                  : toggle interactive mode (runtime socket: a '> ' prompt after each answer)
   quit                                    : close an interactive session
+  set maxconn frontend <fe> <n>           : change a frontend's connection limit
+  set maxconn global <n>                  : change the process's connection limit (up to global.max_connections)
+  set rate-limit connections global <n>   : accept at most n connections per second (0: no limit)
+  set server <bk>/<srv> addr <ip> [port <p>] : move a server (connections to the old address finish, not reused)
+  set server <bk>/<srv> health <up|down>  : force a checked server's health until its next checks decide
   set server <bk>/<srv> state <state>     : set a server's state: ready, drain or maint
-  set server <bk>/<srv> weight <w>        : set a server's weight (0 to 256)
-  set weight <bk>/<srv> <w>               : set a server's weight (0 to 256)
+  set server <bk>/<srv> weight <w>[%]     : set a server's weight (0 to 256, or % of its initial weight)
   set timeout cli <delay>                 : change this connection's idle timeout (seconds, or with a unit)
+  set weight <bk>/<srv> <w>[%]            : set a server's weight (0 to 256, or % of its initial weight)
+  show activity                           : the runtime's tasks, queue and accepted connections
+  show backend                            : list the backends
+  show env [<name>]                       : the process's environment
   show info [typed|json]                  : report information about the running process
   show schema json                        : the JSON schema of the json forms
+  show servers conn [<backend>]           : server connections, used and idle
   show servers state [<backend>]          : dump volatile server information (all or for a single backend)
   show sess                               : report a summary of the current sessions
   show stat [<iid>|<proxy> <type> <sid>] [typed|json] : report counters for each proxy and server
+  show version                            : the running version
   shutdown sessions server <bk>/<srv>     : close every connection to a server";
 
 /// lb-proxy's answers to runtime commands, for one worker.
@@ -71,6 +89,9 @@ impl ProxyRuntime {
     /// One command (already split from its line).
     pub(crate) fn run(&self, command: &str) -> RuntimeResult {
         let words: Vec<&str> = command.split_whitespace().collect();
+        if let Some(result) = process::command(self, &words) {
+            return result;
+        }
         match words.as_slice() {
             ["help", ..] => RuntimeResult::ok(HELP),
             ["show", "stat", rest @ ..] => {

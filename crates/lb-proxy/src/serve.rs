@@ -4,18 +4,19 @@
 //! frontend limit, and only then accepts. At a limit nothing is accepted, so new connections wait
 //! in the kernel's backlog instead of being accepted and reset.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lb_config::{Bind, Config, Frontend, Mode};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{BackendState, Backends};
 use crate::counters::Counters;
 use crate::facts::ConnFacts;
 use crate::http::Pool;
+use crate::limit::Limit;
 use crate::listener::ClientStream;
 use crate::log::Logger;
 use crate::runtime::ProxyRuntime;
@@ -36,12 +37,16 @@ pub(crate) struct Proxy {
     pub(crate) close_spread: Duration,
     /// Current client connections over all frontends (HAProxy's actconn).
     actconn: AtomicUsize,
-    limit: Arc<Semaphore>,
+    /// `global.max_connections`, or as last set by `set maxconn global` (at most the former).
+    pub(crate) limit: Limit,
+    /// `global.max_connections` as configured: `set maxconn global` may not go past it.
+    pub(crate) hard_max_connections: usize,
+    /// `set rate-limit connections global`: connections accepted per second at most (0: none).
+    pub(crate) conn_rate_limit: AtomicU64,
     /// The whole process: connections accepted, requests (`show info`).
     pub(crate) counters: Counters,
     /// Every frontend, in config order.
     pub(crate) frontends: Vec<Arc<FrontendState>>,
-    pub(crate) max_connections: usize,
     /// Runtime threads serving (`show info`'s Nbthread).
     pub(crate) threads: usize,
     pub(crate) started: std::time::Instant,
@@ -62,7 +67,10 @@ pub(crate) struct FrontendState {
     default_backend: Option<Arc<BackendState>>,
     /// Current connections on this frontend (HAProxy's feconn).
     feconn: AtomicUsize,
-    limit: Option<Arc<Semaphore>>,
+    /// Its `max_connections` (by default the global one), or as last set at run time.
+    pub(crate) limit: Limit,
+    /// `disable frontend`: accepting stopped for now.
+    paused: tokio::sync::watch::Sender<bool>,
     pub(crate) counters: Counters,
 }
 
@@ -89,7 +97,7 @@ impl Proxy {
 }
 
 impl FrontendState {
-    fn new(config: &Frontend, backends: &Backends) -> Self {
+    fn new(config: &Frontend, backends: &Backends, global_max: usize) -> Self {
         // Validation guarantees every referenced backend exists; a missing one is skipped
         // rather than trusted blindly.
         let routes =
@@ -99,7 +107,8 @@ impl FrontendState {
             routes,
             default_backend: config.default_backend.as_deref().and_then(|b| backends.get(b)).cloned(),
             feconn: AtomicUsize::new(0),
-            limit: config.max_connections.map(|n| Arc::new(Semaphore::new(n))),
+            limit: Limit::new(config.max_connections.unwrap_or(global_max)),
+            paused: tokio::sync::watch::Sender::new(false),
             counters: Counters::default(),
         }
     }
@@ -110,6 +119,16 @@ impl FrontendState {
 
     pub(crate) fn feconn(&self) -> usize {
         self.feconn.load(Ordering::Relaxed)
+    }
+
+    /// Stop or resume accepting (`disable frontend`, `enable frontend`); false when it was so
+    /// already. Open connections are not touched; new ones wait in the kernel's queue.
+    pub(crate) fn pause(&self, paused: bool) -> bool {
+        self.paused.send_replace(paused) != paused
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        *self.paused.borrow()
     }
 
     /// The backend for a request: the first rule that matches, else the default backend.
@@ -221,7 +240,7 @@ pub async fn start_supervised(
     let mut accepts = Vec::new();
     let mut frontends = Vec::new();
     for fe in &config.frontends {
-        let state = Arc::new(FrontendState::new(fe, &backends));
+        let state = Arc::new(FrontendState::new(fe, &backends, config.global.max_connections));
         frontends.push(state.clone());
         for bind in &fe.binds {
             let listener = listeners
@@ -254,10 +273,11 @@ pub async fn start_supervised(
         pool: Pool::default(),
         close_spread: config.global.close_spread,
         actconn: AtomicUsize::new(0),
-        limit: Arc::new(Semaphore::new(config.global.max_connections)),
+        limit: Limit::new(config.global.max_connections),
+        hard_max_connections: config.global.max_connections,
+        conn_rate_limit: AtomicU64::new(0),
         counters: Counters::default(),
         frontends,
-        max_connections: config.global.max_connections,
         threads: config
             .global
             .worker_threads
@@ -299,15 +319,23 @@ fn client_of(accepted: Accepted) -> (ClientStream, ConnFacts) {
 #[derive(Debug)]
 struct Permits {
     _global: OwnedSemaphorePermit,
-    _frontend: Option<OwnedSemaphorePermit>,
+    _frontend: OwnedSemaphorePermit,
 }
 
 async fn permits(proxy: &Proxy, fe: &FrontendState) -> Option<Permits> {
-    let global = proxy.limit.clone().acquire_owned().await.ok()?;
-    let frontend = match &fe.limit {
-        Some(limit) => Some(limit.clone().acquire_owned().await.ok()?),
-        None => None,
-    };
+    if fe.is_paused() {
+        let _ = fe.paused.subscribe().wait_for(|paused| !paused).await;
+    }
+    let global = proxy.limit.acquire().await?;
+    let frontend = fe.limit.acquire().await?;
+    let rate_limit = proxy.conn_rate_limit.load(Ordering::Relaxed);
+    if rate_limit > 0 {
+        // At the global rate limit: accept again in the next second.
+        while proxy.counters.session_rate.this_second(crate::counters::unix_now()) >= rate_limit {
+            let into = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            tokio::time::sleep(Duration::from_nanos(1_000_000_000 - u64::from(into.subsec_nanos()))).await;
+        }
+    }
     Some(Permits { _global: global, _frontend: frontend })
 }
 
@@ -331,6 +359,7 @@ async fn accept_loop(
     mut shutdown: Shutdown,
     tracker: TaskTracker,
 ) {
+    let mut paused = fe.paused.subscribe();
     loop {
         let permits = tokio::select! {
             biased;
@@ -340,6 +369,8 @@ async fn accept_loop(
         let accepted = tokio::select! {
             biased;
             _ = shutdown.draining() => break,
+            // `disable frontend` while waiting for a connection: stop waiting at once.
+            _ = paused.wait_for(|paused| *paused) => continue,
             r = listener.accept(None) => r.map(client_of),
         };
         match accepted {

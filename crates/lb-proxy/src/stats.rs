@@ -94,7 +94,7 @@ pub(crate) fn server_status(server: &ServerState) -> &'static str {
     match server.admin_state() {
         AdminState::Maint => "MAINT",
         AdminState::Drain => "DRAIN",
-        AdminState::Ready if !server.config().check => "no check",
+        AdminState::Ready if !server.checked() => "no check",
         AdminState::Ready if server.is_up() => "UP",
         AdminState::Ready => "DOWN",
     }
@@ -250,7 +250,7 @@ fn rows(proxy: &Proxy, filter: &Filter) -> Vec<((ObjType, usize, usize), Row)> {
     let mut rows = Vec::new();
     for (i, fe) in proxy.frontends.iter().enumerate() {
         if filter.types & 1 != 0 && filter.proxy(frontend_id(i), fe.name()) && filter.sid.is_none() {
-            rows.push(((ObjType::Frontend, frontend_id(i), 0), frontend_row(proxy, i, fe)));
+            rows.push(((ObjType::Frontend, frontend_id(i), 0), frontend_row(i, fe)));
         }
     }
     for (i, backend) in proxy.backends.iter().enumerate() {
@@ -270,7 +270,7 @@ fn rows(proxy: &Proxy, filter: &Filter) -> Vec<((ObjType, usize, usize), Row)> {
     rows
 }
 
-fn frontend_row(proxy: &Proxy, index: usize, fe: &FrontendState) -> Row {
+fn frontend_row(index: usize, fe: &FrontendState) -> Row {
     let c = &fe.counters;
     let t = c.totals();
     let mut row = Row::new();
@@ -278,12 +278,12 @@ fn frontend_row(proxy: &Proxy, index: usize, fe: &FrontendState) -> Row {
         .set("svname", "FRONTEND")
         .set("scur", fe.feconn())
         .set("smax", t.max_sessions)
-        .set("slim", fe.config.max_connections.unwrap_or(proxy.max_connections))
+        .set("slim", fe.limit.max())
         .set("stot", t.sessions)
         .set("bin", t.bytes_in)
         .set("bout", t.bytes_out)
         .set("ereq", t.request_errors)
-        .set("status", "OPEN")
+        .set("status", if fe.is_paused() { "PAUSED" } else { "OPEN" })
         .set("pid", PROCESS_NUMBER)
         .set("iid", frontend_id(index))
         .set("sid", 0)
@@ -324,7 +324,7 @@ fn server_row(backend: &BackendState, server: &ServerState, iid: usize) -> Row {
         .set("mode", mode(backend.config().mode))
         .set("uweight", server.weight());
     server_side_traffic(&mut row, c);
-    if server.config().check {
+    if server.checked() {
         let check = server.last_check();
         let settings = &backend.config().health_check;
         row.set("chkfail", failed_checks)

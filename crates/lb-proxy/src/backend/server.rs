@@ -47,6 +47,12 @@ pub(crate) struct ServerState {
     removed: AtomicBool,
     /// Its connections, to close them (`shutdown sessions`).
     pub(crate) sessions: Sessions,
+    /// Where it is: the configured address until `set server … addr` changes it.
+    address: Mutex<SocketAddr>,
+    /// Bumped at each address change: a connection made before is not reused after.
+    address_generation: AtomicU64,
+    /// Health checks stopped at run time (`disable health`): the server counts as unchecked.
+    checks_paused: AtomicBool,
     pub(crate) counters: Counters,
 }
 
@@ -143,6 +149,9 @@ impl ServerState {
             removed: AtomicBool::new(false),
             sessions: Sessions::default(),
             counters: Counters::default(),
+            address: Mutex::new(config.address),
+            address_generation: AtomicU64::new(0),
+            checks_paused: AtomicBool::new(false),
             config,
         }
     }
@@ -157,7 +166,49 @@ impl ServerState {
     }
 
     pub(crate) fn addr(&self) -> SocketAddr {
-        self.config.address
+        *lock(&self.address)
+    }
+
+    /// The address and its generation, read together (for a new connection).
+    pub(crate) fn addr_and_generation(&self) -> (SocketAddr, u64) {
+        let address = lock(&self.address);
+        (*address, self.address_generation.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn addr_generation(&self) -> u64 {
+        self.address_generation.load(Ordering::Acquire)
+    }
+
+    /// Move the server (`set server … addr`); returns the old address. Connections made to the
+    /// old one finish what they carry and are not reused.
+    pub(super) fn set_addr(&self, new: SocketAddr) -> SocketAddr {
+        let mut address = lock(&self.address);
+        let old = std::mem::replace(&mut *address, new);
+        if old != new {
+            self.address_generation.fetch_add(1, Ordering::AcqRel);
+            *lock(&self.last_change) = Instant::now();
+            self.wake.notify_one();
+        }
+        old
+    }
+
+    /// Health-checked: configured with `check` and not stopped by `disable health`.
+    pub(crate) fn checked(&self) -> bool {
+        self.config.check && !self.checks_paused.load(Ordering::Acquire)
+    }
+
+    /// Stop or resume health checks (`disable health`, `enable health`); true when that
+    /// changed something. Stopped, the server counts as up, as HAProxy's unchecked servers do.
+    pub(super) fn pause_checks(&self, paused: bool) -> bool {
+        let was = self.checks_paused.swap(paused, Ordering::AcqRel);
+        if was != paused {
+            self.wake.notify_one();
+        }
+        was != paused
+    }
+
+    pub(crate) fn checks_paused(&self) -> bool {
+        self.checks_paused.load(Ordering::Acquire)
     }
 
     pub(crate) fn config(&self) -> &lb_config::Server {
@@ -228,7 +279,7 @@ impl ServerState {
     /// one such failure is counted per check). Successes change nothing: only checks bring a
     /// server up.
     pub(crate) fn observe_connect(&self, ok: bool) {
-        if ok || !self.config.check || !self.is_up() {
+        if ok || !self.checked() || !self.is_up() {
             return;
         }
         if !self.observed_failure.swap(true, Ordering::AcqRel) {

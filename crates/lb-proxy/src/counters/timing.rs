@@ -81,6 +81,20 @@ impl Times {
         [&self.queue, &self.connect, &self.response, &self.total].map(|a| a.average(w))
     }
 
+    pub(crate) fn clear_maxima(&self) {
+        for a in [&self.queue, &self.connect, &self.response, &self.total] {
+            a.max.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn clear(&self) {
+        self.samples.store(0, Ordering::Relaxed);
+        for a in [&self.queue, &self.connect, &self.response, &self.total] {
+            a.sum.store(0, Ordering::Relaxed);
+            a.max.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Maxima in ms, in the same order.
     pub(crate) fn maxima(&self) -> [u64; 4] {
         [&self.queue, &self.connect, &self.response, &self.total].map(|a| a.max.load(Ordering::Relaxed))
@@ -123,6 +137,15 @@ impl Durations {
         self.phases[0].add(s.connect_ms);
         self.phases[1].add(s.response_ms);
         self.phases[2].add(s.total_ms);
+    }
+
+    pub(crate) fn clear(&self) {
+        for h in &self.phases {
+            for c in &h.counts {
+                c.store(0, Ordering::Relaxed);
+            }
+            h.sum_ms.store(0, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn totals(&self) -> DurationTotals {

@@ -187,7 +187,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         ex.tc = up.connect_ms;
         let sent = Instant::now();
         let outcome = {
-            let ServerConn { sender, response_timer } = &mut up.conn;
+            let ServerConn { sender, response_timer, .. } = &mut up.conn;
             response_timer.as_mut().reset((sent + timeout).into());
             let attempt = async {
                 if let Err(e) = sender.ready().await {

@@ -22,7 +22,7 @@ use crate::connect::{connect, ConnectFailure};
 pub(crate) type Sender = SendRequest<RequestBody>;
 
 /// Idle connections kept per server at most; more are closed.
-const MAX_IDLE_PER_SERVER: usize = 64;
+pub(crate) const MAX_IDLE_PER_SERVER: usize = 64;
 
 /// How long a new connection's response timer is set for before its first request sets it.
 const UNSET: Duration = Duration::from_secs(86_400);
@@ -37,6 +37,9 @@ const UNSET: Duration = Duration::from_secs(86_400);
 pub(crate) struct ServerConn {
     pub(crate) sender: Sender,
     pub(crate) response_timer: Pin<Box<Sleep>>,
+    /// The server's address generation it was made to: after `set server … addr`, it is not
+    /// reused.
+    pub(crate) addr_generation: u64,
 }
 
 /// A server connection ready for a request.
@@ -67,15 +70,33 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    fn take(&self, backend: &str, server: usize, max_idle: Duration) -> Option<ServerConn> {
+    /// An idle connection of `server`: not idle for `max_idle` or more, and made to the
+    /// server's current address (`generation`).
+    fn take(&self, backend: &str, server: usize, (max_idle, generation): (Duration, u64)) -> Option<ServerConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(backend)?.get_mut(server)?;
         while let Some((conn, since)) = list.pop() {
-            if !conn.sender.is_closed() && since.elapsed() < max_idle {
+            if !conn.sender.is_closed() && since.elapsed() < max_idle && conn.addr_generation == generation {
                 return Some(conn);
             }
         }
         None
+    }
+
+    /// How many idle connections a server has (`show servers conn`).
+    pub(crate) fn idle(&self, backend: &str, server: usize) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.get(backend)
+            .and_then(|servers| servers.get(server))
+            .map_or(0, |list| list.iter().filter(|(c, _)| !c.sender.is_closed()).count())
+    }
+
+    /// Close a server's idle connections (its address changed).
+    pub(crate) fn forget(&self, backend: &str, server: usize) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = idle.get_mut(backend).and_then(|servers| servers.get_mut(server)) {
+            list.clear();
+        }
     }
 
     pub(crate) fn put(&self, backend: &str, server: usize, conn: ServerConn) {
@@ -104,7 +125,11 @@ pub(crate) async fn acquire(
     retries: &mut u32,
 ) -> Result<Upstream, ConnectFailure> {
     if let Some(up) = pinned {
-        if Arc::ptr_eq(&up.backend, backend) && up.server.accepts_existing() && !up.conn.sender.is_closed() {
+        if Arc::ptr_eq(&up.backend, backend)
+            && up.server.accepts_existing()
+            && !up.conn.sender.is_closed()
+            && up.conn.addr_generation == up.server.addr_generation()
+        {
             return Ok(Upstream { reused: true, connect_ms: 0, queue_ms: 0, ..up });
         }
     }
@@ -112,7 +137,8 @@ pub(crate) async fn acquire(
         if let Some(lease) = backend.pick(&[]) {
             let server = lease.server().clone();
             // Older than the server timeout, a pooled connection is likely closed by the server.
-            if let Some(conn) = pool.take(backend.name(), server.index(), backend.config().timeouts.server) {
+            let current = (backend.config().timeouts.server, server.addr_generation());
+            if let Some(conn) = pool.take(backend.name(), server.index(), current) {
                 return Ok(Upstream {
                     conn,
                     server,
@@ -132,9 +158,10 @@ pub(crate) async fn acquire(
 pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Result<Upstream, ConnectFailure> {
     let connected = connect(backend, retries).await?;
     let server = connected.lease.server().clone();
+    let addr_generation = connected.addr_generation;
     match handshake(connected.stream, server.clone()).await {
         Ok(sender) => Ok(Upstream {
-            conn: ServerConn { sender, response_timer: Box::pin(tokio::time::sleep(UNSET)) },
+            conn: ServerConn { sender, response_timer: Box::pin(tokio::time::sleep(UNSET)), addr_generation },
             server,
             backend: backend.clone(),
             _lease: connected.lease,

@@ -31,21 +31,54 @@ pub(super) fn command(rt: &ProxyRuntime, words: &[&str]) -> RuntimeResult {
             with_server(rt, target, |b, s| set_state(b, s, state))
         }
         ["set", "server", target, "weight", weight] | ["set", "weight", target, weight] => {
-            let weight = match parse_weight(weight) {
-                Ok(w) => w,
-                Err(message) => return RuntimeResult::refused(message),
-            };
-            with_server(rt, target, |b, s| {
-                b.set_weight(s, weight);
-                RuntimeResult::ok("")
+            with_server(rt, target, |b, s| match parse_weight_for(weight, s.config().weight) {
+                Ok(w) => {
+                    b.set_weight(s, w);
+                    RuntimeResult::ok("")
+                }
+                Err(message) => RuntimeResult::refused(message),
             })
         }
+        ["set", "server", target, "addr", addr, rest @ ..] => {
+            with_server(rt, target, |b, s| set_addr(rt, b, s, addr, rest))
+        }
+        ["set", "server", target, "health", health] => with_server(rt, target, |b, s| match *health {
+            "up" | "down" => {
+                if s.checked() {
+                    b.set_up(s, *health == "up", std::time::Instant::now());
+                }
+                RuntimeResult::ok("")
+            }
+            // HAProxy's NOLB: up but taking no new traffic. lb-proxy has no such health state.
+            "stopping" => RuntimeResult::refused("'stopping' is not supported here: use 'set server <srv> state drain'."),
+            _ => RuntimeResult::refused("'set server <srv> health' expects 'up', 'stopping', or 'down'."),
+        }),
+        ["set", "server", target, "agent", _] => {
+            with_server(rt, target, |_, _| RuntimeResult::refused("agent checks are not enabled on this server."))
+        }
+        ["enable", "health", target] => with_server(rt, target, |b, s| {
+            if !s.config().check {
+                return RuntimeResult::refused("Health checks are not configured on this server, cannot enable.");
+            }
+            b.pause_checks(s, false);
+            RuntimeResult::ok("")
+        }),
+        ["disable", "health", target] => with_server(rt, target, |b, s| {
+            b.pause_checks(s, true);
+            RuntimeResult::ok("")
+        }),
+        ["enable", "agent", target] => with_server(rt, target, |_, _| {
+            RuntimeResult::refused("Agent was not configured on this server, cannot enable.")
+        }),
+        // Nothing to stop: HAProxy answers nothing either.
+        ["disable", "agent", target] => with_server(rt, target, |_, _| RuntimeResult::ok("")),
+        ["enable" | "disable", "health" | "agent", ..] => RuntimeResult::refused("Require 'backend/server'."),
         ["set", "server", _, "state"] => {
             RuntimeResult::refused("'set server <srv> state' expects 'ready', 'drain' and 'maint'.")
         }
-        ["set", "server", ..] => {
-            RuntimeResult::refused("usage: set server <backend>/<server> state <ready|drain|maint> | weight <0-256>")
-        }
+        ["set", "server", ..] => RuntimeResult::refused(
+            "usage: set server <backend>/<server> state <ready|drain|maint> | weight <0-256>[%] | addr <ip> [port <port>] | health <up|down>",
+        ),
         ["set", "weight", ..] => RuntimeResult::refused("usage: set weight <backend>/<server> <0-256>"),
         ["get", "weight", target] => {
             with_server(rt, target, |_, s| RuntimeResult::ok(format!("{} (initial {})", s.weight(), s.config().weight)))
@@ -105,6 +138,50 @@ fn parse_state(text: &str) -> Option<AdminState> {
         "maint" => Some(AdminState::Maint),
         _ => None,
     }
+}
+
+/// A weight, or with `%` a share of the configured (`initial`) one, as HAProxy takes it.
+fn parse_weight_for(text: &str, initial: u32) -> Result<u32, String> {
+    let Some(percent) = text.strip_suffix('%') else {
+        return parse_weight(text);
+    };
+    match percent.parse::<u64>() {
+        Ok(p) => Ok(u32::try_from(u64::from(initial) * p / 100).unwrap_or(MAX_WEIGHT).min(MAX_WEIGHT)),
+        Err(_) => Err(format!("Relative weight must be a number followed by '%', got '{text}'.")),
+    }
+}
+
+/// `set server B/S addr IP [port PORT]`, answered with HAProxy's words.
+fn set_addr(rt: &ProxyRuntime, backend: &BackendState, server: &ServerState, ip: &str, rest: &[&str]) -> RuntimeResult {
+    const BY: &str = "by 'stats socket command'";
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return RuntimeResult::refused(format!("Invalid addr '{ip}' {BY}"));
+    };
+    let old = server.addr();
+    let port = match rest {
+        [] => old.port(),
+        ["port", port] => match port.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return RuntimeResult::refused(format!("Invalid port '{port}' {BY}")),
+        },
+        _ => return RuntimeResult::refused("usage: set server <backend>/<server> addr <ip> [port <port>]"),
+    };
+    let new = SocketAddr::new(ip, port);
+    if new == old {
+        return RuntimeResult::ok(format!("no need to change the addr {BY}"));
+    }
+    backend.set_addr(server, new);
+    rt.proxy.pool.forget(backend.name(), server.index());
+    let mut changes = Vec::new();
+    if new.ip() != old.ip() {
+        changes.push(format!("IP changed from '{}' to '{}'", old.ip(), new.ip()));
+    }
+    if new.port() != old.port() {
+        changes.push(format!("port changed from '{}' to '{}'", old.port(), new.port()));
+    }
+    let message = format!("{} {BY}", changes.join(", "));
+    tracing::warn!("Server {}/{}: {message}.", backend.name(), server.name());
+    RuntimeResult::ok(message)
 }
 
 pub(super) fn parse_weight(text: &str) -> Result<u32, String> {

@@ -120,7 +120,7 @@ fn frontend(out: &mut String, fe: &FrontendState) {
 }
 
 fn server_row(out: &mut String, server: &ServerState) {
-    let check = if server.config().check {
+    let check = if server.checked() {
         let last = server.last_check();
         let mut text = last.status.as_str().to_owned();
         if let Some(code) = last.code {

@@ -30,8 +30,9 @@ pub(crate) fn info(proxy: &Proxy, format: Format) -> String {
         .map(|h| (h.metrics().num_alive_tasks(), h.metrics().global_queue_depth()))
         .unwrap_or_default();
     let listeners: usize = proxy.frontends.iter().map(|f| f.config.binds.len()).sum();
-    info.set("Maxconn", proxy.max_connections)
-        .set("Hard_maxconn", proxy.max_connections)
+    info.set("Maxconn", proxy.limit.max())
+        .set("Hard_maxconn", proxy.hard_max_connections)
+        .set("ConnRateLimit", proxy.conn_rate_limit.load(std::sync::atomic::Ordering::Relaxed))
         .set("CurrConns", proxy.actconn())
         .set("CumConns", totals.sessions)
         .set("CumReq", totals.requests)
@@ -94,7 +95,7 @@ fn admin_bits(server: &ServerState) -> u8 {
 /// HAProxy's numeric `healthcheck_status` (HCHK_STATUS_*): INI 1, L4OK 6, L4TOUT 7, L4CON 8,
 /// L7TOUT 12, L7RSP 13, L7OKD 15, L7STS 17. An unchecked server is INI, as in HAProxy.
 fn check_status_code(server: &ServerState) -> u8 {
-    if !server.config().check {
+    if !server.checked() {
         return 1;
     }
     match server.last_check().status {
@@ -111,7 +112,7 @@ fn check_status_code(server: &ServerState) -> u8 {
 
 /// HAProxy's `check_result`: 0 unknown, 2 failed, 3 passed.
 fn check_result(server: &ServerState) -> u8 {
-    if !server.config().check {
+    if !server.checked() {
         return 0;
     }
     match server.last_check().status {
@@ -123,7 +124,7 @@ fn check_result(server: &ServerState) -> u8 {
 
 /// HAProxy's check state bits: configured 0x02, enabled 0x04, paused 0x08 (in maintenance).
 fn check_state(server: &ServerState) -> u8 {
-    if !server.config().check {
+    if !server.checked() {
         return 0;
     }
     let paused = if server.admin_state() == AdminState::Maint { 0x08 } else { 0 };

@@ -227,13 +227,7 @@ fn process(out: &mut String, proxy: &Proxy, procs: Option<&ProcTable>) {
         one(proxy.started.elapsed().as_secs()),
     );
     family(out, "haproxy_process_start_time_seconds", "gauge", "When this worker started (Unix time).", one(start));
-    family(
-        out,
-        "haproxy_process_max_connections",
-        "gauge",
-        "global.max_connections.",
-        one(proxy.max_connections as u64),
-    );
+    family(out, "haproxy_process_max_connections", "gauge", "global.max_connections.", one(proxy.limit.max() as u64));
     family(
         out,
         "haproxy_process_current_connections",
@@ -305,7 +299,7 @@ fn frontends(out: &mut String, proxy: &Proxy) {
         i.of.feconn() as u64
     });
     each(out, "haproxy_frontend_limit_sessions", "gauge", "The frontend's connection limit.", &items, |i| {
-        i.of.config.max_connections.unwrap_or(proxy.max_connections) as u64
+        i.of.limit.max() as u64
     });
     traffic(out, "frontend", &items);
     states(out, "haproxy_frontend_status", "1 for the frontend's state.", &items, &["DOWN", "UP"], |_| {

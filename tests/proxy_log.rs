@@ -272,3 +272,28 @@ async fn halog_reads_the_default_stdout_lines_and_syslog_files() {
     statuses.sort();
     assert_eq!(statuses, ["200 1", "404 1"], "halog -st on the syslog file: {file:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_abandoned_in_its_head_is_logged_like_haproxy() {
+    let s1 = TestServer::start("s1");
+    let m1 = TestServer::start("m1");
+    let proxy = ProxyProcess::start_with(1, config("{ target: stdout, format: haproxy }", &s1, &m1));
+    let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+    conn.send(b"GET /half HTTP/1.1\r\nHost: x\r\n").await.expect("half a head");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(conn);
+    // A connection that sent nothing is not a request: no line for it.
+    drop(RawConn::connect(proxy.addr()).await.expect("connect"));
+    let lines = proxy.wait_for_log_lines(1).await;
+    let parsed = log::parse_all_http(&lines);
+    assert_eq!(parsed.len(), 1, "{lines:#?}");
+    let line = &parsed[0];
+    assert_eq!(
+        (line.status, line.termination.as_str(), line.request.as_str()),
+        (400, "CR--", "<BADREQ>"),
+        "{lines:#?}"
+    );
+    assert_eq!(line.server, "<NOSRV>");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(proxy.access_log().len(), 1, "nothing for the empty connection");
+}

@@ -145,13 +145,18 @@ pub(crate) async fn serve(
         }
     };
     if let Err(e) = result {
+        let reading = match activity.watch() {
+            Watch::Reading { since } => Some(since),
+            _ => None,
+        };
         if e.is_parse() || e.is_parse_too_large() {
             tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "bad request: {e}");
-            let since = match activity.watch() {
-                Watch::Reading { since } => since,
-                _ => Instant::now(),
-            };
-            bad_request(&ctx, since, 400, *b"PR");
+            bad_request(&ctx, reading.unwrap_or_else(Instant::now), 400, *b"PR");
+        } else if let (true, Some(since)) = (e.is_incomplete_message(), reading) {
+            // The client went away in the middle of its request's head: HAProxy logs it as
+            // `400 CR-- <BADREQ>` (nothing was sent back; the status says what it would have been).
+            tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "client aborted its request: {e}");
+            bad_request(&ctx, since, 400, *b"CR");
         }
     }
 }

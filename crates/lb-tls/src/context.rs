@@ -203,6 +203,7 @@ fn configure(
     // takes a ticket gets an empty session ID, so its handshakes insert nothing here. Lookups
     // go to the initial context's cache whichever certificate SNI picks.
     ffi::set_session_timeout(b, lifetime);
+    ffi::set_read_ahead(b);
     if tls.session_cache_size > 0 {
         b.set_session_cache_mode(SslSessionCacheMode::SERVER);
         b.set_session_cache_size(i32::try_from(tls.session_cache_size).unwrap_or(i32::MAX));

@@ -9,6 +9,7 @@
 //!   ticket or cached session is good for.
 //! - On AWS-LC, what the openssl crate wraps for OpenSSL only: TLS 1.3 suites, the ticket
 //!   count, the OCSP response.
+//! - Read-ahead ([`set_read_ahead`]), which the openssl crate does not wrap at all.
 #![allow(unsafe_code)]
 
 #[cfg(feature = "aws-lc")]
@@ -80,6 +81,16 @@ pub(crate) fn set_ticket_keys(b: &mut SslContextBuilder, store: Arc<TicketStore>
             Err(ErrorStack::get())
         }
     }
+}
+
+/// Read ahead: the library asks the socket for as much as its buffer holds instead of a
+/// record's 5-byte header and then its body. One read per burst instead of two, and a short
+/// read tells tokio the socket is drained, so it does not try again only to get `EAGAIN`: two
+/// system calls fewer per request on a keep-alive connection.
+pub(crate) fn set_read_ahead(b: &mut SslContextBuilder) {
+    // SAFETY: `b` owns a live SSL_CTX; the call sets one flag (AWS-LC: a function; OpenSSL: a
+    // control, which openssl-sys wraps under the same name).
+    unsafe { openssl_sys::SSL_CTX_set_read_ahead(b.as_ptr(), 1) };
 }
 
 /// How long a session (a ticket, or an entry of the session cache) may be resumed.

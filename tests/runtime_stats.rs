@@ -7,7 +7,8 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use lb_testkit::haproxy::{haproxy_answers, promtool_check};
+use lb_testkit::haproxy::haproxy_answers;
+use lb_testkit::runtime::promtool_check;
 use lb_testkit::runtime::{parse_prometheus, parse_stat_csv, Metrics, StatRow};
 use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
 

@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use lb_testkit::certs::TestCerts;
-use lb_testkit::haproxy::promtool_check;
 use lb_testkit::lbctl::lbctl_blocking;
+use lb_testkit::runtime::promtool_check;
 use lb_testkit::sclient::s_client;
 use lb_testkit::{free_port, wait_until_blocking, TestServer, TlsProcess};
 

@@ -2,7 +2,7 @@
 //! and its Prometheus exporter, ask its runtime socket and `/metrics`, stop it. Tests compare
 //! lb-proxy's answers with these.
 
-use std::io::{Read, Write};
+use std::io::{Read, Write as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -81,23 +81,4 @@ fn dechunk(mut body: &str) -> String {
         body = rest[n..].trim_start_matches("\r\n");
     }
     out
-}
-
-/// `promtool check metrics` on `text`: its complaints, empty when there are none.
-pub fn promtool_check(text: &str) -> String {
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (scripts/install-deps test installs it)");
-    promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("to promtool");
-    let checked = promtool.wait_with_output().expect("promtool");
-    let mut complaints = String::from_utf8_lossy(&checked.stdout).into_owned();
-    complaints.push_str(&String::from_utf8_lossy(&checked.stderr));
-    if !checked.status.success() && complaints.is_empty() {
-        complaints = format!("promtool failed: {}", checked.status);
-    }
-    complaints
 }

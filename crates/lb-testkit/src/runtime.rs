@@ -321,6 +321,25 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
     Ok(Sample { name: name.to_owned(), labels, value })
 }
 
+/// `promtool check metrics` on `text`: its complaints, empty when there are none.
+pub fn promtool_check(text: &str) -> String {
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/install-deps test installs it)");
+    std::io::Write::write_all(&mut promtool.stdin.take().expect("stdin"), text.as_bytes()).expect("to promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    let mut complaints = String::from_utf8_lossy(&checked.stdout).into_owned();
+    complaints.push_str(&String::from_utf8_lossy(&checked.stderr));
+    if !checked.status.success() && complaints.is_empty() {
+        complaints = format!("promtool failed: {}", checked.status);
+    }
+    complaints
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -204,9 +204,6 @@ fn answer(req: &Request<hyper::body::Incoming>, shared: &Shared) -> Response<Ful
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
-
     use super::*;
 
     /// Prometheus' own checker finds nothing to say (scripts/install-deps test installs it).
@@ -223,16 +220,7 @@ mod tests {
             text.contains("lb_watcher_last_apply_failed 1") && text.contains("lb_watcher_applies_total 1"),
             "{text}"
         );
-        let mut promtool = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("promtool");
-        promtool.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
-        let out = promtool.wait_with_output().expect("promtool");
-        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && said.is_empty(), "promtool: {said}\n{text}");
+        let complaints = lb_testkit::runtime::promtool_check(&text);
+        assert!(complaints.is_empty(), "promtool: {complaints}\n{text}");
     }
 }

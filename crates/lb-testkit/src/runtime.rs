@@ -35,6 +35,19 @@ impl crate::ProxyProcess {
             Err(e) => panic!("control socket: {e}"),
         }
     }
+
+    /// A command that must be accepted: its output (panics naming the refusal).
+    pub async fn runtime_ok(&self, line: &str) -> String {
+        self.runtime_command(line).await.unwrap_or_else(|e| panic!("{line}: refused: {e}"))
+    }
+
+    /// A command that must be refused: the refusal (panics when it was accepted).
+    pub async fn runtime_refused(&self, line: &str) -> String {
+        match self.runtime_command(line).await {
+            Err(message) => message,
+            Ok(output) => panic!("{line}: accepted ({output:?}), should be refused"),
+        }
+    }
 }
 
 /// Send `line` on the runtime socket and read until the daemon closes the connection.

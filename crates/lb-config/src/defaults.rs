@@ -42,6 +42,7 @@ impl Default for Timeouts {
             http_request: Duration::from_secs(10),
             http_keep_alive: Duration::from_secs(10),
             check: Duration::from_secs(2),
+            tunnel: Duration::from_secs(3600),
         }
     }
 }

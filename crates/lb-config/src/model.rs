@@ -148,6 +148,9 @@ pub struct Timeouts {
     pub http_keep_alive: Duration,
     /// Health check connect + response.
     pub check: Duration,
+    /// Inactivity, both ways, of a connection upgraded into a tunnel (WebSocket): HAProxy's
+    /// `timeout tunnel`.
+    pub tunnel: Duration,
 }
 
 pub use lb_supervisor::ListenAddr;

@@ -124,6 +124,8 @@ pub(crate) struct RawTimeouts {
     pub(crate) http_keep_alive: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) check: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tunnel: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

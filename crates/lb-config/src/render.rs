@@ -78,6 +78,7 @@ fn timeouts(t: &Timeouts) -> RawTimeouts {
         http_request: duration(t.http_request),
         http_keep_alive: duration(t.http_keep_alive),
         check: duration(t.check),
+        tunnel: duration(t.tunnel),
     }
 }
 

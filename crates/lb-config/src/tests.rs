@@ -112,7 +112,7 @@ backends:
     retries: 2
     redispatch: false
     http_reuse: safe
-    timeouts: { server: 60s }
+    timeouts: { server: 60s, tunnel: 2h }
     health_check:
       type: http
       method: HEAD

@@ -10,6 +10,7 @@ mod body;
 mod errors;
 mod forward;
 mod headers;
+mod tunnel;
 mod upstream;
 
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,8 @@ pub(crate) struct ConnCtx {
     shutdown: Shutdown,
     /// The server connection tied to this client connection (`http_reuse: never`).
     pinned: Mutex<Option<Upstream>>,
+    /// A tunnel the server agreed to (101), for this task to run once hyper lets go.
+    tunnel: Mutex<Option<tunnel::Pending>>,
     /// `X-Forwarded-Proto: https`: the frontend is marked TLS or the PROXY header said SSL.
     https: bool,
     /// The client's `X-Forwarded-For` value, when there is a client address.
@@ -76,6 +79,7 @@ pub(crate) async fn serve(
         activity: activity.clone(),
         shutdown: shutdown.clone(),
         pinned: Mutex::new(None),
+        tunnel: Mutex::new(None),
     });
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));
@@ -83,7 +87,8 @@ pub(crate) async fn serve(
     // No timer for hyper: the watchdog below owns the header and keep-alive timeouts (hyper's
     // one timeout mixes both and cannot answer 408), and a timer per request costs.
     builder.keep_alive(true).max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
-    let conn = builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service);
+    let conn =
+        builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service).with_upgrades();
     tokio::pin!(conn);
 
     // The watchdog's timer is set for the current deadline, or, while a request is served, for
@@ -96,6 +101,7 @@ pub(crate) async fn serve(
     // A drain closes the connection once idle (at a spread-out moment); a hard stop drops it.
     // One future for both, so that each wake-up of this task polls one shutdown future.
     let mut stop = shutdown.clone();
+    let tunnel_stop = shutdown.clone();
     let drain_activity = activity.clone();
     let spread = proxy.close_spread;
     let shutdown_steps = async move {
@@ -144,6 +150,10 @@ pub(crate) async fn serve(
             () = &mut shutdown_steps => return,
         }
     };
+    let pending = forward::lock(&ctx.tunnel).take();
+    if let (Ok(()), Some(pending)) = (&result, pending) {
+        return tunnel::run(pending, tunnel_stop).await;
+    }
     if let Err(e) = result {
         let reading = match activity.watch() {
             Watch::Reading { since } => Some(since),

@@ -27,6 +27,7 @@
 //! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls`; [`certs`]: a CA, server and client
 //!   certificates and OCSP responses made with `openssl`; [`sclient`]: `openssl s_client` and
 //!   `curl` runs.
+//! - [`websocket`]: a real WebSocket echo server and client (python3-websockets).
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -59,6 +60,7 @@ mod server;
 mod tcp;
 mod tls;
 mod watcher;
+pub mod websocket;
 pub mod zookeeper;
 
 use std::collections::HashSet;

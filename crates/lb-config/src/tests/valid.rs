@@ -51,6 +51,7 @@ fn a_minimal_config_gets_every_default() {
         http_request: secs(10),
         http_keep_alive: secs(10),
         check: secs(2),
+        tunnel: secs(3600),
     };
     assert_eq!(web.timeouts, expected);
 
@@ -156,10 +157,11 @@ fn defaults_merge_under_each_section_override() {
         http_request: secs(10),
         http_keep_alive: secs(9),
         check: Duration::from_millis(1500),
+        tunnel: secs(3600),
     };
     assert_eq!(https.timeouts, frontend_expected);
     let api = config.backend("secure_api").expect("secure_api");
-    assert_eq!(api.timeouts, Timeouts { client: secs(30), server: secs(60), ..frontend_expected });
+    assert_eq!(api.timeouts, Timeouts { client: secs(30), server: secs(60), tunnel: secs(7200), ..frontend_expected });
     let v2 = config.backend("v2").expect("v2");
     assert_eq!(v2.retries, 4, "retries from defaults");
     assert_eq!(v2.timeouts.server, secs(31));

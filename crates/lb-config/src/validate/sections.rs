@@ -66,6 +66,7 @@ pub(super) fn timeouts(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawTimeouts>,
             .duration(path, "http_keep_alive", raw.http_keep_alive.as_ref())
             .unwrap_or(base.http_keep_alive),
         check: ctx.duration(path, "check", raw.check.as_ref()).unwrap_or(base.check),
+        tunnel: ctx.duration(path, "tunnel", raw.tunnel.as_ref()).unwrap_or(base.tunnel),
     }
 }
 

@@ -116,6 +116,11 @@ impl std::fmt::Debug for ResponseBody {
 }
 
 impl ResponseBody {
+    /// No body, and nothing to tell at its end (a 101: the tunnel logs the exchange).
+    pub(crate) fn empty() -> Self {
+        ResponseBody { source: Source::Full(None), on_end: None }
+    }
+
     pub(crate) fn full(bytes: Bytes, on_end: Box<dyn OnEnd>) -> Self {
         ResponseBody { source: Source::Full(Some(bytes)), on_end: Some(on_end) }
     }

@@ -9,13 +9,14 @@ use std::task::Poll;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderValue};
-use http::{Request, Response, Uri, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 
 use super::activity::LogWhenSent;
 use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
 use super::upstream::{acquire, fresh, ServerConn, Upstream};
-use super::{errors, headers, ConnCtx};
+use super::{errors, headers, tunnel, ConnCtx};
 use crate::backend::{BackendState, ServerState};
 use crate::connect::ConnectFailure;
 use crate::counters::{Sample, Transfer};
@@ -165,8 +166,18 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     };
     ex.backend = Some(backend.clone());
 
+    let upgrade = tunnel::requested(&req);
     let (mut parts, body) = req.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
+    // An upgrade (WebSocket) is passed on: the two headers that ask for it travel this hop too.
+    let client_upgrade = match upgrade {
+        Some(protocol) => {
+            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, protocol);
+            parts.extensions.remove::<OnUpgrade>()
+        }
+        None => None,
+    };
     if ctx.fe.config.forward_for {
         headers::add_forwarded(&mut parts.headers, ctx.forwarded_for.as_ref(), ctx.https);
     }
@@ -243,6 +254,10 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
 
     let (mut parts, body) = response.into_parts();
     ex.status = i32::from(parts.status.as_u16());
+    if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        ex.upstream = Some(up);
+        return Ok(switch_protocols(ex, parts, client_upgrade, backend.config().timeouts.tunnel));
+    }
     headers::strip_hop_by_hop(&mut parts.headers);
     if ctx.shutdown.is_draining() {
         parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -250,6 +265,29 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     ex.upstream = Some(up);
     let body = ResponseBody::upstream(body, timeout, Box::new(ex));
     Ok(Response::from_parts(parts, body))
+}
+
+/// The server agreed to switch protocols: answer the client's 101 and leave the tunnel for the
+/// connection's task, which runs it once hyper has sent the 101 (see `tunnel`). A 101 to a
+/// request that asked for no upgrade is the server's error (502).
+fn switch_protocols(
+    ex: Exchange,
+    mut parts: http::response::Parts,
+    client: Option<OnUpgrade>,
+    timeout: std::time::Duration,
+) -> Response<ResponseBody> {
+    let server = parts.extensions.remove::<OnUpgrade>();
+    let protocol = parts.headers.get(header::UPGRADE).cloned();
+    let (Some(client), Some(server), Some(protocol)) = (client, server, protocol) else {
+        tracing::debug!(frontend = ex.ctx.fe.name(), "101 from a server without an upgrade to switch to");
+        return error(ex, 502, *b"SH");
+    };
+    headers::strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    parts.headers.insert(header::UPGRADE, protocol);
+    let ctx = ex.ctx.clone();
+    *lock(&ctx.tunnel) = Some(tunnel::Pending { exchange: ex, client, server, timeout });
+    Response::from_parts(parts, ResponseBody::empty())
 }
 
 /// A response lb-proxy writes itself; the exchange is logged when it has been sent.

@@ -184,7 +184,8 @@ async fn handshake(stream: TcpStream, server: Arc<ServerState>) -> Result<Sender
     let tracked = server.clone();
     let task = tokio::spawn(async move {
         let _registered = SessionGuard { sessions: &tracked.sessions, id };
-        let _ = conn.await;
+        // With upgrades: after a 101 the socket goes to the tunnel (see `tunnel`).
+        let _ = conn.with_upgrades().await;
     });
     server.sessions.track(id, task.abort_handle());
     Ok(sender)

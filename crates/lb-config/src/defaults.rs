@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{CheckKind, Facility, Global, HealthCheck, Log, LogFormat, LogHeader, LogTarget, Timeouts};
+use crate::model::{CheckKind, Facility, Global, HealthCheck, Http2, Log, LogFormat, LogHeader, LogTarget, Timeouts};
 
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
 pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
@@ -32,6 +32,14 @@ pub(crate) const WEIGHT: u32 = 1;
 pub(crate) const MAX_WEIGHT: u32 = 256;
 pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+impl Default for Http2 {
+    fn default() -> Self {
+        // HAProxy's and nginx's stream limit; RFC 9113's initial stream window; a connection
+        // window that lets a few streams run at full speed at once.
+        Http2 { enabled: true, max_concurrent_streams: 100, stream_window: 65_535, connection_window: 1 << 20 }
+    }
+}
 
 impl Default for Timeouts {
     fn default() -> Self {

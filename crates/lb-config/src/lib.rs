@@ -51,7 +51,8 @@ pub use load::serde_diagnostics;
 pub use locate::{child, item, DuplicateKey, Locations, Pos};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
-    HealthCheck, HttpReuse, ListenAddr, Log, LogFormat, LogHeader, LogTarget, Mode, Rule, Server, Stats, Timeouts,
+    HealthCheck, Http2, HttpReuse, ListenAddr, Log, LogFormat, LogHeader, LogTarget, Mode, Rule, Server, Stats,
+    Timeouts,
 };
 pub use units::{format_duration, parse_duration};
 

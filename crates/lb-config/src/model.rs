@@ -168,6 +168,18 @@ pub struct Bind {
     pub group: Option<String>,
 }
 
+/// HTTP/2 towards clients on an HTTP frontend: after ALPN `h2` (lb-tls says so in the PROXY
+/// header) or, on a plain listener, when a connection opens with HTTP/2's preface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2 {
+    pub enabled: bool,
+    /// Streams a client may have open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// Flow-control window of each stream, and of the whole connection, in bytes.
+    pub stream_window: u32,
+    pub connection_window: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frontend {
     pub name: String,
@@ -187,6 +199,7 @@ pub struct Frontend {
     pub forward_for: bool,
     /// The response sent for each error status lb-proxy itself produces.
     pub error_pages: ErrorPages,
+    pub http2: Http2,
 }
 
 /// A routing rule: every condition given must hold.

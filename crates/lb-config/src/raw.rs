@@ -155,6 +155,24 @@ pub(crate) struct RawFrontend {
     pub(crate) error_files: Option<BTreeMap<StatusKey, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rules: Option<Vec<RawRule>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http2: Option<RawHttp2>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a map with `enabled`, `max_concurrent_streams`, `stream_window`, `connection_window`"
+)]
+pub(crate) struct RawHttp2 {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) enabled: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_concurrent_streams: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) stream_window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) connection_window: Option<String>,
 }
 
 /// A `bind` entry: `127.0.0.1:80`, or `{ address: 127.0.0.1:80, accept_proxy: true }`.

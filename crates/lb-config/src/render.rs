@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::model::{Backend, CheckKind, Config, ErrorPages, Frontend, Global, HealthCheck, Server, Timeouts};
 use crate::raw::{
-    RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawLog, RawMode, RawRule,
-    RawServer, RawStats, RawTimeouts, StatusKey,
+    RawBackend, RawBind, RawBindMap, RawConfig, RawFrontend, RawGlobal, RawHealthCheck, RawHttp2, RawLog, RawMode,
+    RawRule, RawServer, RawStats, RawTimeouts, StatusKey,
 };
 use crate::units::{format_duration, format_size};
 
@@ -124,6 +124,12 @@ fn frontend(f: &Frontend) -> RawFrontend {
         timeouts: Some(timeouts(&f.timeouts)),
         error_files: error_files(&f.error_pages),
         rules: (!rules.is_empty()).then_some(rules),
+        http2: Some(RawHttp2 {
+            enabled: Some(f.http2.enabled),
+            max_concurrent_streams: Some(i64::from(f.http2.max_concurrent_streams)),
+            stream_window: Some(format_size(f.http2.stream_window as usize)),
+            connection_window: Some(format_size(f.http2.connection_window as usize)),
+        }),
     }
 }
 

@@ -9,19 +9,24 @@ mod activity;
 mod body;
 mod errors;
 mod forward;
+mod h2;
 mod headers;
+mod sniff;
 mod tunnel;
 mod upstream;
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 
 use self::activity::{Activity, ActivityIo, Watch};
 use self::forward::Exchange;
+use self::sniff::{sniff, Prefixed, Sniffed};
 use self::upstream::Upstream;
 use crate::counters::Transfer;
 use crate::facts::ConnFacts;
@@ -44,10 +49,11 @@ pub(crate) struct ConnCtx {
     proxy: Arc<Proxy>,
     fe: Arc<FrontendState>,
     facts: ConnFacts,
-    activity: Arc<Activity>,
+    wire: Wire,
     shutdown: Shutdown,
-    /// The server connection tied to this client connection (`http_reuse: never`).
-    pinned: Mutex<Option<Upstream>>,
+    /// The server connections tied to this client connection (`http_reuse: never`): one for
+    /// HTTP/1; for HTTP/2, one per stream served at once.
+    pinned: Mutex<Vec<Upstream>>,
     /// A tunnel the server agreed to (101), for this task to run once hyper lets go.
     tunnel: Mutex<Option<tunnel::Pending>>,
     /// `X-Forwarded-Proto: https`: the frontend is marked TLS or the PROXY header said SSL.
@@ -56,31 +62,119 @@ pub(crate) struct ConnCtx {
     forwarded_for: Option<http::HeaderValue>,
 }
 
+/// How the client connection speaks, and what its requests report to.
+#[derive(Debug)]
+pub(crate) enum Wire {
+    /// HTTP/1.x, one request at a time: the watchdog's activity times them and counts bytes.
+    H1(Arc<Activity>),
+    /// HTTP/2, streams side by side.
+    H2(Arc<h2::Streams>),
+}
+
+impl ConnCtx {
+    fn new(proxy: &Arc<Proxy>, fe: &Arc<FrontendState>, facts: ConnFacts, wire: Wire, shutdown: &Shutdown) -> Self {
+        ConnCtx {
+            proxy: proxy.clone(),
+            fe: fe.clone(),
+            https: fe.config.tls || facts.tls.is_some(),
+            forwarded_for: headers::forwarded_for(facts.client.map(|c| c.ip())),
+            facts,
+            wire,
+            shutdown: shutdown.clone(),
+            pinned: Mutex::new(Vec::new()),
+            tunnel: Mutex::new(None),
+        }
+    }
+
+    fn is_h2(&self) -> bool {
+        matches!(self.wire, Wire::H2(_))
+    }
+
+    /// A request's head is in: when its first byte came, and why to refuse it if its raw head
+    /// shows a framing conflict (HTTP/1 only: HTTP/2 frames its messages itself).
+    fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>) {
+        match &self.wire {
+            Wire::H1(activity) => activity.request_started(has_transfer_encoding),
+            Wire::H2(streams) => {
+                streams.started();
+                (Instant::now(), None)
+            }
+        }
+    }
+
+    /// The exchange is over: its line is written once what was sent is known (for HTTP/1 when
+    /// hyper has flushed the response; an HTTP/2 stream counts its own bodies).
+    fn request_ended(&self, exchange: Box<Exchange>, body_bytes: u64) {
+        match &self.wire {
+            Wire::H1(activity) => {
+                activity.request_done();
+                activity.log_when_sent(exchange);
+            }
+            Wire::H2(streams) => {
+                let from_client = exchange.client_side.as_ref().map_or(0, |c| c.received.load(Ordering::Relaxed));
+                exchange.log(Transfer { from_client, to_client: body_bytes });
+                streams.ended();
+            }
+        }
+    }
+
+    /// A tunnel's line, once its client socket is closed (tunnels are HTTP/1 only).
+    fn tunnel_ended(&self, exchange: Box<Exchange>) {
+        match &self.wire {
+            Wire::H1(activity) => activity.log_when_sent(exchange),
+            Wire::H2(_) => exchange.log(Transfer::default()),
+        }
+    }
+}
+
+/// Serves one client connection in HTTP mode: HTTP/2 when lb-tls negotiated `h2` (the PROXY
+/// header's ALPN) or a plain connection opens with HTTP/2's preface, else HTTP/1.x.
 pub(crate) async fn serve(
     proxy: &Arc<Proxy>,
     fe: &Arc<FrontendState>,
-    stream: ClientStream,
+    mut stream: ClientStream,
+    facts: ConnFacts,
+    shutdown: Shutdown,
+) {
+    let opened = Instant::now();
+    let mut first = BytesMut::new();
+    let http2 = fe.config.http2.enabled
+        && match facts.alpn.as_deref() {
+            Some(alpn) => alpn == "h2",
+            // Through TLS without ALPN: HTTP/1.1 (RFC 9113 §3.3).
+            None if facts.tls.is_some() => false,
+            None => match tokio::time::timeout(fe.config.timeouts.http_request, sniff(&mut stream, &mut first)).await {
+                Ok(Sniffed::Http2) => true,
+                Ok(Sniffed::Http1) | Err(_) => false,
+                Ok(Sniffed::Closed) => return,
+            },
+        };
+    let io = Prefixed::new(first, stream);
+    if http2 {
+        let streams = Arc::new(h2::Streams::new());
+        let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H2(streams.clone()), &shutdown));
+        h2::serve(ctx, streams, io, shutdown).await;
+    } else {
+        serve_h1(proxy, fe, io, facts, shutdown, opened).await;
+    }
+}
+
+async fn serve_h1(
+    proxy: &Arc<Proxy>,
+    fe: &Arc<FrontendState>,
+    stream: Prefixed,
     facts: ConnFacts,
     mut shutdown: Shutdown,
+    opened: Instant,
 ) {
     let timeouts = fe.config.timeouts;
     let activity = Activity::new(
-        Instant::now(),
+        opened,
         fe.config.max_header_size.max(MIN_HEADER_BUFFER),
         timeouts.http_request,
         timeouts.http_keep_alive,
     );
-    let ctx = Arc::new(ConnCtx {
-        proxy: proxy.clone(),
-        fe: fe.clone(),
-        https: fe.config.tls || facts.tls.is_some(),
-        forwarded_for: headers::forwarded_for(facts.client.map(|c| c.ip())),
-        facts,
-        activity: activity.clone(),
-        shutdown: shutdown.clone(),
-        pinned: Mutex::new(None),
-        tunnel: Mutex::new(None),
-    });
+    let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H1(activity.clone()), &shutdown));
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));
     let mut builder = http1::Builder::new();
@@ -187,7 +281,12 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
         termination,
         request_line: "<BADREQ>".to_owned(),
         upstream: None,
+        client_side: None,
     };
-    let bytes = Transfer { from_client: ctx.activity.take_received(), to_client: 0 };
+    let from_client = match &ctx.wire {
+        Wire::H1(activity) => activity.take_received(),
+        Wire::H2(_) => 0,
+    };
+    let bytes = Transfer { from_client, to_client: 0 };
     ex.log(bytes);
 }

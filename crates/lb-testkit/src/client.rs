@@ -1,5 +1,6 @@
 //! An HTTP/1.1 client on hyper's connection API: one connection per request ([`get`],
-//! [`send`]), or a kept-alive [`Connection`] for several; bodies generated on the fly and
+//! [`send`]), or a kept-alive [`Connection`] for several; HTTP/2 with prior knowledge
+//! ([`H2Connection`]); bodies generated on the fly and
 //! downloads counted as they stream, never held whole.
 
 use std::convert::Infallible;
@@ -197,6 +198,57 @@ impl Connection {
         })
         .await
         .with_context(|| format!("request timed out after {within:?}"))?
+    }
+}
+
+/// An HTTP/2 connection with prior knowledge (h2c), as a client that multiplexes: clone it to
+/// send requests on it from several tasks at once.
+#[derive(Debug, Clone)]
+pub struct H2Connection {
+    sender: hyper::client::conn::http2::SendRequest<ClientBody>,
+    addr: SocketAddr,
+}
+
+impl H2Connection {
+    /// Connects to `addr` and runs the HTTP/2 handshake (preface and SETTINGS).
+    pub async fn open(addr: SocketAddr) -> anyhow::Result<H2Connection> {
+        let stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .context("connect timed out")?
+            .with_context(|| format!("connecting to {addr}"))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .context("HTTP/2 handshake")?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(H2Connection { sender, addr })
+    }
+
+    /// True once the server has said GOAWAY or closed the connection: no new stream goes on it.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed() || !self.sender.is_ready()
+    }
+
+    /// `GET path` as a new stream, response read whole (within 30 s).
+    pub async fn get(&self, path: &str) -> anyhow::Result<Response> {
+        let req = Request::builder()
+            .uri(format!("http://{}{path}", self.addr))
+            .version(Version::HTTP_2)
+            .body(empty())
+            .expect("a valid request");
+        let mut sender = self.sender.clone();
+        tokio::time::timeout(REQUEST_TIMEOUT, async {
+            sender.ready().await.context("connection not ready (GOAWAY or closed)")?;
+            let response = sender.send_request(req).await.context("sending the request")?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.context("reading the response body")?.to_bytes();
+            Ok(Response { status: parts.status.as_u16(), version: parts.version, headers: parts.headers, body })
+        })
+        .await
+        .context("request timed out")?
     }
 }
 

@@ -6,8 +6,8 @@ use super::Ctx;
 use crate::address::parse_listen;
 use crate::error_pages::merged;
 use crate::locate::{child, item};
-use crate::model::{Bind, Frontend, ListenAddr, Mode, Rule};
-use crate::raw::{RawBind, RawFrontend, RawMode, RawRule};
+use crate::model::{Bind, Frontend, Http2, ListenAddr, Mode, Rule};
+use crate::raw::{RawBind, RawFrontend, RawHttp2, RawMode, RawRule};
 
 /// A frontend, with where each of its binds was written (for the checks across frontends).
 #[derive(Debug)]
@@ -48,8 +48,29 @@ pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Def
         max_header_size: header_size(ctx, path, raw.max_header_size.as_ref()).unwrap_or(d.max_header_size),
         forward_for: raw.forward_for.unwrap_or(d.forward_for),
         error_pages: merged(&d.error_pages, files),
+        http2: http2(ctx, &child(path, "http2"), raw.http2.as_ref()),
     };
     Checked { frontend, bind_fields }
+}
+
+/// HTTP/2's settings; windows between 64 KiB - 1 (the protocol's initial) and 2 GiB - 1 (its
+/// largest).
+fn http2(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHttp2>) -> Http2 {
+    let d = Http2::default();
+    let Some(raw) = raw else { return d };
+    let mut window = |key: &str, text: Option<&String>, default: u32| {
+        ctx.size(path, key, text, 65_535..=(u32::MAX >> 1) as usize).map_or(default, |n| n as u32)
+    };
+    let stream_window = window("stream_window", raw.stream_window.as_ref(), d.stream_window);
+    let connection_window = window("connection_window", raw.connection_window.as_ref(), d.connection_window);
+    Http2 {
+        enabled: raw.enabled.unwrap_or(d.enabled),
+        max_concurrent_streams: ctx
+            .int(path, "max_concurrent_streams", raw.max_concurrent_streams, 1..=10_000)
+            .map_or(d.max_concurrent_streams, |n| n as u32),
+        stream_window,
+        connection_window,
+    }
 }
 
 /// A string entry takes the frontend's `accept_proxy`; a map entry may set its own.

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -23,22 +24,30 @@ pub(crate) enum ClientFailure {
     Aborted,
 }
 
+/// What the handler learns from the request body as it goes: how it failed, if it did, and its
+/// bytes (the log's count for an HTTP/2 stream, whose connection carries other streams too).
+#[derive(Debug, Default)]
+pub(crate) struct ClientSide {
+    pub(crate) failure: Mutex<Option<ClientFailure>>,
+    pub(crate) received: AtomicU64,
+}
+
 /// The client's request body, forwarded to the server.
 #[derive(Debug)]
 pub(crate) struct RequestBody {
     inner: Incoming,
     idle: IdleTimer,
-    failure: Arc<Mutex<Option<ClientFailure>>>,
+    side: Arc<ClientSide>,
 }
 
 impl RequestBody {
-    pub(crate) fn new(inner: Incoming, timeout: Duration) -> (Self, Arc<Mutex<Option<ClientFailure>>>) {
-        let failure = Arc::new(Mutex::new(None));
-        (RequestBody { inner, idle: IdleTimer::new(timeout), failure: failure.clone() }, failure)
+    pub(crate) fn new(inner: Incoming, timeout: Duration) -> (Self, Arc<ClientSide>) {
+        let side = Arc::new(ClientSide::default());
+        (RequestBody { inner, idle: IdleTimer::new(timeout), side: side.clone() }, side)
     }
 
     fn fail(&self, why: ClientFailure) {
-        if let Ok(mut f) = self.failure.lock() {
+        if let Ok(mut f) = self.side.failure.lock() {
             f.get_or_insert(why);
         }
     }
@@ -53,6 +62,9 @@ impl Body for RequestBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.idle.activity();
+                if let Some(data) = frame.data_ref() {
+                    this.side.received.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -92,9 +104,9 @@ pub(crate) enum BodyEnd {
     ServerTimeout,
 }
 
-/// Told once how the response body ended.
+/// Told once how the response body ended, and how many body bytes were sent.
 pub(crate) trait OnEnd: Send + Sync + 'static {
-    fn end(self: Box<Self>, how: BodyEnd);
+    fn end(self: Box<Self>, how: BodyEnd, body_bytes: u64);
 }
 
 #[derive(Debug)]
@@ -107,6 +119,8 @@ enum Source {
 pub(crate) struct ResponseBody {
     source: Source,
     on_end: Option<Box<dyn OnEnd>>,
+    /// Body bytes handed to hyper so far.
+    sent: u64,
 }
 
 impl std::fmt::Debug for ResponseBody {
@@ -118,20 +132,24 @@ impl std::fmt::Debug for ResponseBody {
 impl ResponseBody {
     /// No body, and nothing to tell at its end (a 101: the tunnel logs the exchange).
     pub(crate) fn empty() -> Self {
-        ResponseBody { source: Source::Full(None), on_end: None }
+        ResponseBody { source: Source::Full(None), on_end: None, sent: 0 }
     }
 
     pub(crate) fn full(bytes: Bytes, on_end: Box<dyn OnEnd>) -> Self {
-        ResponseBody { source: Source::Full(Some(bytes)), on_end: Some(on_end) }
+        ResponseBody { source: Source::Full(Some(bytes)), on_end: Some(on_end), sent: 0 }
     }
 
     pub(crate) fn upstream(inner: Incoming, timeout: Duration, on_end: Box<dyn OnEnd>) -> Self {
-        ResponseBody { source: Source::Upstream { inner, idle: IdleTimer::new(timeout) }, on_end: Some(on_end) }
+        ResponseBody {
+            source: Source::Upstream { inner, idle: IdleTimer::new(timeout) },
+            on_end: Some(on_end),
+            sent: 0,
+        }
     }
 
     fn finish(&mut self, how: BodyEnd) {
         if let Some(on_end) = self.on_end.take() {
-            on_end.end(how);
+            on_end.end(how, self.sent);
         }
     }
 }
@@ -173,6 +191,9 @@ impl Body for ResponseBody {
         };
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.sent += data.len() as u64;
+                }
                 if this.is_end_stream() {
                     this.finish(BodyEnd::Complete);
                 }

@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use super::activity::LogWhenSent;
-use super::body::{BodyEnd, ClientFailure, OnEnd, RequestBody, ResponseBody};
+use super::body::{BodyEnd, ClientFailure, ClientSide, OnEnd, RequestBody, ResponseBody};
 use super::upstream::{acquire, fresh, ServerConn, Upstream};
 use super::{errors, headers, tunnel, ConnCtx};
 use crate::backend::{BackendState, ServerState};
@@ -39,6 +39,8 @@ pub(crate) struct Exchange {
     pub(crate) termination: [u8; 2],
     pub(crate) request_line: String,
     pub(crate) upstream: Option<Upstream>,
+    /// The request body's bytes, for an HTTP/2 stream's log line.
+    pub(crate) client_side: Option<Arc<ClientSide>>,
 }
 
 impl Exchange {
@@ -103,7 +105,7 @@ impl Exchange {
 }
 
 impl OnEnd for Exchange {
-    fn end(mut self: Box<Self>, how: BodyEnd) {
+    fn end(mut self: Box<Self>, how: BodyEnd, body_bytes: u64) {
         if self.termination == *b"--" {
             self.termination = match how {
                 BodyEnd::Complete => *b"--",
@@ -117,13 +119,19 @@ impl OnEnd for Exchange {
             // Only a connection whose exchange ended cleanly may carry another request.
             if how == BodyEnd::Complete && !up.conn.sender.is_closed() {
                 match up.backend.config().http_reuse {
-                    lb_config::HttpReuse::Never => *lock(&ctx.pinned) = Some(up),
+                    lb_config::HttpReuse::Never => {
+                        let mut pinned = lock(&ctx.pinned);
+                        // HTTP/1: the one connection; HTTP/2: one per stream served at once.
+                        let keep = if ctx.is_h2() { ctx.fe.config.http2.max_concurrent_streams as usize } else { 1 };
+                        if pinned.len() < keep {
+                            pinned.push(up);
+                        }
+                    }
                     lb_config::HttpReuse::Safe => ctx.proxy.pool.put(up.backend.name(), up.server.index(), up.conn),
                 }
             }
         }
-        ctx.activity.request_done();
-        ctx.activity.log_when_sent(self);
+        ctx.request_ended(self, body_bytes);
     }
 }
 
@@ -140,7 +148,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
     let (has_te, refused) = headers::framing(&req);
-    let (first_byte, conflict) = ctx.activity.request_started(has_te);
+    let (first_byte, conflict) = ctx.request_started(has_te);
     let mut ex = Exchange {
         ctx: ctx.clone(),
         started: first_byte,
@@ -155,6 +163,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         termination: *b"--",
         request_line: request_line(&req),
         upstream: None,
+        client_side: None,
     };
     if let Some(reason) = conflict.or(refused) {
         tracing::debug!(frontend = ctx.fe.name(), client = ?ctx.facts.client, "refused request: {reason}");
@@ -181,12 +190,18 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     if ctx.fe.config.forward_for {
         headers::add_forwarded(&mut parts.headers, ctx.forwarded_for.as_ref(), ctx.https);
     }
+    if parts.version == Version::HTTP_2 {
+        headers::from_http2(&mut parts.headers, &parts.uri);
+    }
     parts.uri = origin_form(&parts.uri);
     parts.version = Version::HTTP_11;
-    let (body, client_failure) = RequestBody::new(body, ctx.fe.config.timeouts.client);
+    let (body, client_side) = RequestBody::new(body, ctx.fe.config.timeouts.client);
+    if ctx.is_h2() {
+        ex.client_side = Some(client_side.clone());
+    }
     let mut req = Request::from_parts(parts, body);
 
-    let pinned = lock(&ctx.pinned).take();
+    let pinned = lock(&ctx.pinned).pop();
     let mut up = match acquire(&backend, pinned, &ctx.proxy.pool, &mut ex.retries).await {
         Ok(up) => up,
         Err(failure) => return Ok(connect_failed(ex, failure)),
@@ -236,7 +251,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
                     _ => {
                         tracing::debug!(backend = backend.name(), server = up.server.name(), "request failed: {e}");
                         ex.upstream = Some(up);
-                        let failed = *lock(&client_failure);
+                        let failed = *lock(&client_side.failure);
                         return Ok(match failed {
                             Some(ClientFailure::TimedOut) => error(ex, 408, *b"cD"),
                             Some(ClientFailure::Aborted) => error(ex, 400, *b"CD"),
@@ -259,7 +274,8 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         return Ok(switch_protocols(ex, parts, client_upgrade, backend.config().timeouts.tunnel));
     }
     headers::strip_hop_by_hop(&mut parts.headers);
-    if ctx.shutdown.is_draining() {
+    // (HTTP/2 has no such header: a drain sends GOAWAY instead.)
+    if ctx.shutdown.is_draining() && !ctx.is_h2() {
         parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     ex.upstream = Some(up);
@@ -297,7 +313,7 @@ fn error(mut ex: Exchange, status: u16, termination: [u8; 2]) -> Response<Respon
     // A pinned server connection that failed is not trusted again.
     ex.upstream = ex.upstream.take().filter(|_| status < 500 && status != 408);
     let (response, body) = errors::response(&ex.ctx.fe.config.error_pages, status);
-    let close = matches!(status, 400 | 408) || ex.ctx.shutdown.is_draining();
+    let close = (matches!(status, 400 | 408) || ex.ctx.shutdown.is_draining()) && !ex.ctx.is_h2();
     let (mut parts, ()) = response.into_parts();
     if close {
         parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -323,6 +339,10 @@ fn request_line<B>(req: &Request<B>) -> String {
     let version = req.version();
     let version = if version == Version::HTTP_11 {
         "HTTP/1.1"
+    } else if version == Version::HTTP_2 {
+        // HAProxy's line for a stream: the path, as an HTTP/1 request has it.
+        let path = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        return format!("{} {path} HTTP/2.0", req.method());
     } else if version == Version::HTTP_10 {
         "HTTP/1.0"
     } else {
@@ -368,7 +388,7 @@ mod tests {
     #[test]
     fn request_line_as_format_writes_it() {
         let uris = ["/", "/a/b?x=1&y", "*", "http://example.com:8080/p?q", "https://h", "example.com:443", "/?"];
-        for version in [Version::HTTP_09, Version::HTTP_10, Version::HTTP_11, Version::HTTP_2] {
+        for version in [Version::HTTP_09, Version::HTTP_10, Version::HTTP_11] {
             for method in ["GET", "CONNECT", "OPTIONS", "PURGE"] {
                 for uri in uris {
                     let req = Request::builder().method(method).uri(uri).version(version).body(()).expect("request");
@@ -376,5 +396,8 @@ mod tests {
                 }
             }
         }
+        let h2 = |uri: &str| Request::builder().uri(uri).version(Version::HTTP_2).body(()).expect("request");
+        assert_eq!(request_line(&h2("https://api.example.com/a/b?x=1&y")), "GET /a/b?x=1&y HTTP/2.0");
+        assert_eq!(request_line(&h2("https://api.example.com")), "GET / HTTP/2.0");
     }
 }

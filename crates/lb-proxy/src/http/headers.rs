@@ -95,6 +95,27 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// An HTTP/2 request made ready for HTTP/1.1: `Host` from `:authority` when the client sent no
+/// `Host`, and its `cookie` fields joined into one (RFC 9113 §8.2.3 lets HTTP/2 split them).
+pub(crate) fn from_http2(headers: &mut HeaderMap, uri: &http::Uri) {
+    if !headers.contains_key(header::HOST) {
+        if let Some(value) = uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+            headers.insert(header::HOST, value);
+        }
+    }
+    let mut cookies = headers.get_all(header::COOKIE).iter();
+    if let (Some(first), Some(_)) = (cookies.next(), cookies.next()) {
+        let mut joined = first.as_bytes().to_vec();
+        for more in headers.get_all(header::COOKIE).iter().skip(1) {
+            joined.extend_from_slice(b"; ");
+            joined.extend_from_slice(more.as_bytes());
+        }
+        if let Ok(value) = HeaderValue::from_bytes(&joined) {
+            headers.insert(header::COOKIE, value);
+        }
+    }
+}
+
 /// What a request's framing headers say: whether it has `Transfer-Encoding`, and why it is
 /// refused before it is forwarded (400), if it is. Two look-ups in the map, whatever the request.
 pub(crate) fn framing<B>(req: &Request<B>) -> (bool, Option<&'static str>) {

@@ -59,7 +59,7 @@ pub(crate) async fn run(pending: Pending, mut stop: Shutdown) {
         Err(e) => {
             tracing::debug!(frontend = ctx.fe.name(), "upgrade failed: {e}");
             exchange.termination = *b"SD";
-            ctx.activity.log_when_sent(Box::new(exchange));
+            ctx.tunnel_ended(Box::new(exchange));
             return;
         }
     };
@@ -98,7 +98,7 @@ pub(crate) async fn run(pending: Pending, mut stop: Shutdown) {
     // The client socket closes first, so that the byte count the line takes is final.
     drop(client);
     drop(server);
-    ctx.activity.log_when_sent(Box::new(exchange));
+    ctx.tunnel_ended(Box::new(exchange));
 }
 
 /// One end of the tunnel: notes when data last moved (ms since the tunnel began), and whether a

@@ -345,3 +345,34 @@ backends:
     );
     assert!(all.iter().any(|e| e.contains("frontends[0].bind[1].mode: `0999` is not a mode")), "{all:#?}");
 }
+
+#[test]
+fn http2_settings_are_checked_where_written() {
+    let text = "\
+frontends:
+  - name: web
+    bind: [127.0.0.1:8080]
+    default_backend: app
+    http2: { max_concurrent_streams: 0, stream_window: 1k, connection_window: 3000m }
+backends:
+  - name: app
+    servers: [ { name: a1, address: 10.0.0.1:80 } ]
+";
+    assert_eq!(
+        errors(text),
+        [
+            "proxy.yaml:5:38: frontends[0].http2.max_concurrent_streams: must be between 1 and 10000, got 0",
+            "proxy.yaml:5:56: frontends[0].http2.stream_window: must be between 65535 and 2147483647 bytes, got 1024",
+            "proxy.yaml:5:79: frontends[0].http2.connection_window: must be between 65535 and 2147483647 bytes, \
+             got 3145728000",
+        ]
+    );
+    let unknown =
+        "frontends: [ { name: web, bind: [127.0.0.1:8080], default_backend: app, http2: { streams: 10 } } ]\n\
+backends: [ { name: app, servers: [ { name: a1, address: 10.0.0.1:80 } ] } ]\n";
+    assert_eq!(
+        error(unknown),
+        "proxy.yaml:1:82: frontends[0].http2: unknown field `streams`, expected one of `enabled`, \
+         `max_concurrent_streams`, `stream_window`, `connection_window`"
+    );
+}

@@ -27,7 +27,8 @@
 //! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls`; [`certs`]: a CA, server and client
 //!   certificates and OCSP responses made with `openssl`; [`sclient`]: `openssl s_client` and
 //!   `curl` runs.
-//! - [`websocket`]: a real WebSocket echo server and client (python3-websockets).
+//! - [`websocket`]: a real WebSocket echo server and client (python3-websockets); [`h2`]:
+//!   hostile HTTP/2 clients (python3-h2).
 //!
 //! Timing rule for every test using this crate: never sleep to assert speed; poll a condition
 //! with [`wait_until`] (every 20 ms, generous deadline) instead.
@@ -46,6 +47,7 @@
 pub mod certs;
 mod child;
 pub mod client;
+pub mod h2;
 pub mod haproxy;
 pub mod lbctl;
 pub mod load;

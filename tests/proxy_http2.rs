@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lb_testkit::certs::TestCerts;
 use lb_testkit::client::{self, H2Connection};
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::sclient::curl;
-use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsProcess};
+use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsChain};
 
 fn proxy_for(server: &TestServer, http2: &'static str) -> ProxyProcess {
     let addr = server.addr();
@@ -81,40 +80,7 @@ async fn prior_knowledge_and_http1_share_a_plain_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alpn_h2_through_lb_tls() {
     let s1 = TestServer::start("s1");
-    let backend = s1.addr();
-    let proxy = ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"frontends:
-  - name: https_in
-    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
-    tls: true
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{backend}" }} ]
-"#,
-            p = ports[0]
-        )
-    });
-    let certs = TestCerts::new();
-    let cert = certs.server("api", &["api.example.test"]).display().to_string();
-    let hop = proxy.addr();
-    let tls = TlsProcess::start_with(1, move |ports| {
-        format!(
-            r#"global:
-  control_socket: master.sock
-tls:
-  certificates: [ {cert} ]
-  alpn_protocols: [ h2, http/1.1 ]
-backend:
-  address: "{hop}"
-  write_proxy: v2
-frontends:
-  - bind: "127.0.0.1:{port}"
-"#,
-            port = ports[0]
-        )
-    });
+    let TlsChain { proxy, tls, certs: _certs } = TlsChain::start(s1.addr(), "[ h2, http/1.1 ]");
     let url = format!("https://{}/echo", tls.addr());
 
     let h2 = curl(&url, &["-k", "--http2", "-o", "/dev/null", "-w", "%{http_version} %{http_code}"]);

@@ -7,12 +7,11 @@
 
 use std::time::Duration;
 
-use lb_testkit::certs::TestCerts;
 use lb_testkit::lbctl::{workers_in, Role};
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::RawConn;
 use lb_testkit::websocket::{talk, WsServer};
-use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsProcess};
+use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsChain};
 
 fn proxy_for(server: std::net::SocketAddr, timeouts: &'static str) -> ProxyProcess {
     ProxyProcess::start_with(1, move |ports| {
@@ -153,39 +152,7 @@ async fn an_upgrade_the_server_does_not_take_is_an_ordinary_exchange_and_h2c_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_through_lb_tls() {
     let ws = WsServer::start();
-    let backend = ws.addr();
-    let proxy = ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"frontends:
-  - name: https_in
-    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
-    tls: true
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: ws1, address: "{backend}" }} ]
-"#,
-            p = ports[0]
-        )
-    });
-    let certs = TestCerts::new();
-    let cert = certs.server("api", &["api.example.test"]).display().to_string();
-    let hop = proxy.addr();
-    let tls = TlsProcess::start_with(1, move |ports| {
-        format!(
-            r#"global:
-  control_socket: master.sock
-tls:
-  certificates: [ {cert} ]
-backend:
-  address: "{hop}"
-  write_proxy: v2
-frontends:
-  - bind: "127.0.0.1:{port}"
-"#,
-            port = ports[0]
-        )
-    });
+    let TlsChain { proxy, tls, certs: _certs } = TlsChain::start(ws.addr(), "[ http/1.1 ]");
 
     let talked = talk(&format!("wss://{}/secure", tls.addr()), 20, Duration::ZERO).await;
     assert_eq!((talked.echoed, talked.closed.as_deref()), (20, Some("4000")), "{talked:?}");

@@ -24,9 +24,9 @@
 //!   format), `show servers state` and Prometheus' text format.
 //! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`.
 //! - [`zookeeper`]: a real ZooKeeper, standalone or a three-member ensemble, for lb-watcher.
-//! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls`; [`certs`]: a CA, server and client
-//!   certificates and OCSP responses made with `openssl`; [`sclient`]: `openssl s_client` and
-//!   `curl` runs.
+//! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls` ([`TlsChain`]: in front of lb-proxy);
+//!   [`certs`]: a CA, server and client certificates and OCSP responses made with `openssl`;
+//!   [`sclient`]: `openssl s_client` and `curl` runs.
 //! - [`websocket`]: a real WebSocket echo server and client (python3-websockets); [`h2`]:
 //!   hostile HTTP/2 clients (python3-h2).
 //!
@@ -76,7 +76,7 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
-pub use tls::{run_lb_tls, TlsProcess};
+pub use tls::{run_lb_tls, TlsChain, TlsProcess};
 pub use watcher::WatcherProcess;
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".

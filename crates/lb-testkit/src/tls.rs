@@ -200,3 +200,54 @@ impl Drop for TlsProcess {
 pub fn run_lb_tls(args: &[&str], dir: &Path, within: Duration) -> std::process::Output {
     crate::child::run_to_completion("lb-tls", args, dir, within)
 }
+
+/// lb-tls in front of lb-proxy in front of one server, as deployed: lb-tls writes PROXY v2 to
+/// an `accept_proxy`, `tls: true` frontend (`https_in`, backend `be`, server `s1`).
+#[derive(Debug)]
+pub struct TlsChain {
+    pub proxy: crate::ProxyProcess,
+    pub tls: TlsProcess,
+    /// The CA and the `api.example.test` certificate lb-tls serves; kept for as long as it runs.
+    pub certs: crate::certs::TestCerts,
+}
+
+impl TlsChain {
+    /// `alpn`: what lb-tls offers, e.g. `"[ h2, http/1.1 ]"`.
+    pub fn start(server: SocketAddr, alpn: &str) -> TlsChain {
+        let proxy = crate::ProxyProcess::start_with(1, move |ports| {
+            format!(
+                r#"frontends:
+  - name: https_in
+    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
+    tls: true
+    default_backend: be
+backends:
+  - name: be
+    servers: [ {{ name: s1, address: "{server}" }} ]
+"#,
+                p = ports[0]
+            )
+        });
+        let certs = crate::certs::TestCerts::new();
+        let cert = certs.server("api", &["api.example.test"]).display().to_string();
+        let hop = proxy.addr();
+        let alpn = alpn.to_owned();
+        let tls = TlsProcess::start_with(1, move |ports| {
+            format!(
+                r#"global:
+  control_socket: master.sock
+tls:
+  certificates: [ {cert} ]
+  alpn_protocols: {alpn}
+backend:
+  address: "{hop}"
+  write_proxy: v2
+frontends:
+  - bind: "127.0.0.1:{port}"
+"#,
+                port = ports[0]
+            )
+        });
+        TlsChain { proxy, tls, certs }
+    }
+}

@@ -218,3 +218,21 @@ async fn a_frontend_without_http2_speaks_http1_only() {
     assert_ne!(h2.body, "2 200", "{h2:?}");
     assert_eq!(client::get(proxy.addr(), "/").await.expect("HTTP/1.1").status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_even_after_a_stream_the_client_reset() {
+    let s1 = TestServer::start("s1");
+    // (The frontend's extra settings go where `http2:` would.)
+    let proxy = proxy_for(&s1, "timeouts: { http_keep_alive: 1s }");
+    let conn = H2Connection::open(proxy.addr()).await.expect("h2c");
+    assert_eq!(conn.get("/").await.expect("GET").status, 200);
+    // A slow stream, reset by the client half-way (the task dropped: RST_STREAM CANCEL).
+    let slow = {
+        let conn = conn.clone();
+        tokio::spawn(async move { conn.get("/slow?ms=3000").await })
+    };
+    assert!(wait_until(Duration::from_secs(5), || s1.requests().iter().any(|r| r.path == "/slow")).await);
+    slow.abort();
+    // No stream open any more: the idle timeout closes the connection (GOAWAY).
+    assert!(wait_until(Duration::from_secs(5), || conn.is_closed()).await, "closed after http_keep_alive");
+}

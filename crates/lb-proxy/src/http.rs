@@ -90,15 +90,16 @@ impl ConnCtx {
         matches!(self.wire, Wire::H2(_))
     }
 
-    /// A request's head is in: when its first byte came, and why to refuse it if its raw head
-    /// shows a framing conflict (HTTP/1 only: HTTP/2 frames its messages itself).
-    fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>) {
+    /// A request's head is in: when its first byte came, why to refuse it if its raw head shows
+    /// a framing conflict (HTTP/1 only: HTTP/2 frames its messages itself), and for HTTP/2 the
+    /// guard that keeps its stream counted as open.
+    fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>, Option<h2::StreamGuard>) {
         match &self.wire {
-            Wire::H1(activity) => activity.request_started(has_transfer_encoding),
-            Wire::H2(streams) => {
-                streams.started();
-                (Instant::now(), None)
+            Wire::H1(activity) => {
+                let (first_byte, conflict) = activity.request_started(has_transfer_encoding);
+                (first_byte, conflict, None)
             }
+            Wire::H2(streams) => (Instant::now(), None, Some(streams.open())),
         }
     }
 
@@ -110,10 +111,9 @@ impl ConnCtx {
                 activity.request_done();
                 activity.log_when_sent(exchange);
             }
-            Wire::H2(streams) => {
+            Wire::H2(_) => {
                 let from_client = exchange.client_side.as_ref().map_or(0, |c| c.received.load(Ordering::Relaxed));
                 exchange.log(Transfer { from_client, to_client: body_bytes });
-                streams.ended();
             }
         }
     }
@@ -282,6 +282,7 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
         request_line: "<BADREQ>".to_owned(),
         upstream: None,
         client_side: None,
+        _stream: None,
     };
     let from_client = match &ctx.wire {
         Wire::H1(activity) => activity.take_received(),

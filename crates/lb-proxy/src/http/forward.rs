@@ -41,6 +41,8 @@ pub(crate) struct Exchange {
     pub(crate) upstream: Option<Upstream>,
     /// The request body's bytes, for an HTTP/2 stream's log line.
     pub(crate) client_side: Option<Arc<ClientSide>>,
+    /// An HTTP/2 stream stays counted as open until its exchange is gone.
+    pub(crate) _stream: Option<super::h2::StreamGuard>,
 }
 
 impl Exchange {
@@ -148,7 +150,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
     let (has_te, refused) = headers::framing(&req);
-    let (first_byte, conflict) = ctx.request_started(has_te);
+    let (first_byte, conflict, stream) = ctx.request_started(has_te);
     let mut ex = Exchange {
         ctx: ctx.clone(),
         started: first_byte,
@@ -164,6 +166,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         request_line: request_line(&req),
         upstream: None,
         client_side: None,
+        _stream: stream,
     };
     if let Some(reason) = conflict.or(refused) {
         tracing::debug!(frontend = ctx.fe.name(), client = ?ctx.facts.client, "refused request: {reason}");

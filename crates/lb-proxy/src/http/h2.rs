@@ -41,11 +41,14 @@ impl Streams {
         Streams { open: AtomicUsize::new(0), idle_since_ms: AtomicU64::new(0), base: Instant::now() }
     }
 
-    pub(crate) fn started(&self) {
+    /// A stream is being served until the guard drops: with its exchange, whether that ends
+    /// normally or is dropped half-way (the client reset the stream).
+    pub(crate) fn open(self: &Arc<Self>) -> StreamGuard {
         self.open.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(self.clone())
     }
 
-    pub(crate) fn ended(&self) {
+    fn ended(&self) {
         if self.open.fetch_sub(1, Ordering::Relaxed) == 1 {
             self.idle_since_ms.store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
@@ -58,6 +61,16 @@ impl Streams {
         }
         let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
         Some(self.base.elapsed().saturating_sub(since))
+    }
+}
+
+/// One open stream of a connection's [`Streams`].
+#[derive(Debug)]
+pub(crate) struct StreamGuard(Arc<Streams>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.ended();
     }
 }
 

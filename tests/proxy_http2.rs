@@ -216,6 +216,11 @@ async fn a_frontend_without_http2_speaks_http1_only() {
     let url = format!("http://{}/", proxy.addr());
     let h2 = curl(&url, &["--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version} %{http_code}"]);
     assert_ne!(h2.body, "2 200", "{h2:?}");
+    // The preface met the HTTP/1 parser, which refused it as a bad request, and no server saw it.
+    let line = proxy.wait_for_log(|l| l.contains("<BADREQ>")).await;
+    let line = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
+    assert_eq!((line.status, line.termination.as_str()), (400, "PR--"), "{line:?}");
+    assert!(s1.requests().is_empty(), "{:?}", s1.requests());
     assert_eq!(client::get(proxy.addr(), "/").await.expect("HTTP/1.1").status, 200);
 }
 

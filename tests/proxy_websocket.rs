@@ -10,6 +10,7 @@ use std::time::Duration;
 use lb_testkit::lbctl::{workers_in, Role};
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::RawConn;
+use lb_testkit::runtime::parse_stat_csv;
 use lb_testkit::websocket::{talk, WsServer};
 use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsChain};
 
@@ -55,10 +56,16 @@ async fn a_websocket_carries_messages_both_ways_and_is_logged_when_it_ends() {
     assert_eq!((line.status, line.termination.as_str(), line.server.as_str()), (101, "----", "ws1"), "{line:?}");
     assert!(line.bytes > 200, "the 101 and every frame sent to the client are counted: {line:?}");
 
-    // The connection was counted while open and is gone now; ordinary requests still work.
+    // Its connection is no longer counted, and the tunnel went into the counters as one 101
+    // response whose bytes are all there.
     assert!(wait_until(Duration::from_secs(5), || proxy.runtime("show info").contains("\nCurrConns: 0\n")).await);
-    let stat = proxy.runtime("show stat");
-    assert!(stat.lines().any(|l| l.starts_with("be,BACKEND,")), "{stat}");
+    let text = proxy.runtime("show stat");
+    let (_, rows) = parse_stat_csv(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    for (px, sv) in [("fe", "FRONTEND"), ("be", "BACKEND"), ("be", "ws1")] {
+        let row = rows.iter().find(|r| r["pxname"] == px && r["svname"] == sv).expect("a row");
+        assert_eq!(row["hrsp_1xx"], "1", "{px}/{sv}: {row:?}");
+        assert_eq!(row["bout"], line.bytes.to_string(), "{px}/{sv}: {row:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -117,14 +117,6 @@ impl ConnCtx {
             }
         }
     }
-
-    /// A tunnel's line, once its client socket is closed (tunnels are HTTP/1 only).
-    fn tunnel_ended(&self, exchange: Box<Exchange>) {
-        match &self.wire {
-            Wire::H1(activity) => activity.log_when_sent(exchange),
-            Wire::H2(_) => exchange.log(Transfer::default()),
-        }
-    }
 }
 
 /// Serves one client connection in HTTP mode: HTTP/2 when lb-tls negotiated `h2` (the PROXY
@@ -246,7 +238,7 @@ async fn serve_h1(
     };
     let pending = forward::lock(&ctx.tunnel).take();
     if let (Ok(()), Some(pending)) = (&result, pending) {
-        return tunnel::run(pending, tunnel_stop).await;
+        return tunnel::run(pending, &activity, tunnel_stop).await;
     }
     if let Err(e) = result {
         let reading = match activity.watch() {

@@ -4,8 +4,8 @@
 
 use std::net::SocketAddr;
 
-/// Debian's interpreter, where python3-h2 is installed.
-const PYTHON: &str = "/usr/bin/python3";
+use crate::DEBIAN_PYTHON;
+
 const HOSTILE: &str = include_str!("h2/hostile.py");
 
 /// What one attack saw.
@@ -25,12 +25,12 @@ pub struct Outcome {
 /// Runs `attack` (see `h2/hostile.py`: `rapid-reset`, `continuation`, `settings`, `ping`,
 /// `slow-body`) against the h2c listener `addr`, `n` times (seconds for `slow-body`).
 pub async fn attack(attack: &str, addr: SocketAddr, n: u64) -> Outcome {
-    let out = tokio::process::Command::new(PYTHON)
+    let out = tokio::process::Command::new(DEBIAN_PYTHON)
         .args(["-c", HOSTILE, attack, &addr.ip().to_string(), &addr.port().to_string(), &n.to_string()])
         .kill_on_drop(true)
         .output()
         .await
-        .unwrap_or_else(|e| panic!("{PYTHON} (python3-h2: scripts/install-deps test): {e}"));
+        .unwrap_or_else(|e| panic!("{DEBIAN_PYTHON} (python3-h2: scripts/install-deps test): {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("{attack}: {e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));

@@ -71,6 +71,10 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Debian's interpreter, where the test peers' packages (python3-websockets, python3-h2) are
+/// installed: a `python3` found first on PATH, such as pyenv's, does not see Debian's packages.
+pub(crate) const DEBIAN_PYTHON: &str = "/usr/bin/python3";
+
 /// Signals for [`ProxyProcess::kill_with`].
 pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};

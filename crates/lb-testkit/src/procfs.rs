@@ -6,17 +6,22 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
+/// The fields of `/proc/PID/stat` after the command name, from the state on (field 3 of
+/// proc(5) is index 0 here). The command name may hold spaces and parentheses: the fields follow
+/// the last ')'.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_owned).collect())
+}
+
 /// The parent of `pid` (None once it has exited and been reaped).
 pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the fields follow the last ')'.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat_fields(pid)?.get(1)?.parse().ok()
 }
 
 /// The state letter of `pid` (`R`, `S`, `Z`…), None once it is gone.
 pub fn state_of(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().next()?.chars().next()
+    stat_fields(pid)?.first()?.chars().next()
 }
 
 /// `pid` runs: it exists and is not a zombie (a zombie has exited; only its parent's wait is
@@ -68,8 +73,8 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 /// CPU time `pid` has used (user + system), in seconds. /proc counts in USER_HZ, which is 100
 /// on every Linux the tests run on.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let fields = stat_fields(pid)?;
+    // utime and stime, fields 14 and 15 of proc(5).
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     Some(ticks as f64 / 100.0)
 }

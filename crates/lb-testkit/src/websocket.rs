@@ -9,11 +9,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::{free_port, wait_until_blocking};
+use crate::{free_port, wait_until_blocking, DEBIAN_PYTHON};
 
-/// Debian's interpreter, where python3-websockets is installed (a `python3` found first on
-/// PATH, such as pyenv's, does not see Debian's packages).
-const PYTHON: &str = "/usr/bin/python3";
 const PEER: &str = include_str!("websocket/peer.py");
 
 /// The echo server; stopped (by its PID) when dropped.
@@ -26,12 +23,12 @@ pub struct WsServer {
 impl WsServer {
     pub fn start() -> WsServer {
         let port = free_port();
-        let child = Command::new(PYTHON)
+        let child = Command::new(DEBIAN_PYTHON)
             .args(["-c", PEER, "serve", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("{PYTHON} (python3-websockets: scripts/install-deps test): {e}"));
+            .unwrap_or_else(|e| panic!("{DEBIAN_PYTHON} (python3-websockets: scripts/install-deps test): {e}"));
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let listening = wait_until_blocking(Duration::from_secs(10), || std::net::TcpStream::connect(addr).is_ok());
         let server = WsServer { child, addr };
@@ -68,12 +65,12 @@ pub struct Talk {
 /// Connects to `url`, sends `messages` messages `gap` apart (each must come back), then asks
 /// for the headers and says `bye`.
 pub async fn talk(url: &str, messages: usize, gap: Duration) -> Talk {
-    let output = tokio::process::Command::new(PYTHON)
+    let output = tokio::process::Command::new(DEBIAN_PYTHON)
         .args(["-c", PEER, "talk", url, &messages.to_string(), &gap.as_secs_f64().to_string()])
         .kill_on_drop(true)
         .output()
         .await
-        .unwrap_or_else(|e| panic!("{PYTHON}: {e}"));
+        .unwrap_or_else(|e| panic!("{DEBIAN_PYTHON}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let mut talk = Talk { echoed: 0, headers: None, closed: None, stdout: stdout.clone(), stderr };

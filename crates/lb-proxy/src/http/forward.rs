@@ -178,11 +178,10 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     };
     ex.backend = Some(backend.clone());
 
-    let upgrade = tunnel::requested(&req);
     let (mut parts, body) = req.into_parts();
-    headers::strip_hop_by_hop(&mut parts.headers);
+    let upgrade = headers::strip_hop_by_hop(&mut parts.headers);
     // An upgrade (WebSocket) is passed on: the two headers that ask for it travel this hop too.
-    let client_upgrade = match upgrade {
+    let client_upgrade = match upgrade.filter(|u| tunnel::passes(parts.version, &parts.headers, has_te, u)) {
         Some(protocol) => {
             parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             parts.headers.insert(header::UPGRADE, protocol);

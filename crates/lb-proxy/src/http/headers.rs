@@ -18,6 +18,9 @@ static HOP_BY_HOP: [HeaderName; 8] = [
     HeaderName::from_static("proxy-connection"),
 ];
 
+/// Where `Upgrade` stands in [`HOP_BY_HOP`].
+const UPGRADE_INDEX: usize = 4;
+
 /// The index of `name` in [`HOP_BY_HOP`] (a match on the name: cheaper than comparing it with
 /// each of them).
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
@@ -26,7 +29,7 @@ fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
         "te" => 1,
         "trailer" => 2,
         "transfer-encoding" => 3,
-        "upgrade" => 4,
+        "upgrade" => UPGRADE_INDEX,
         "proxy-authenticate" => 5,
         "keep-alive" => 6,
         "proxy-connection" => 7,
@@ -46,8 +49,10 @@ fn hop_by_hop_index_of_token(token: &[u8]) -> Option<usize> {
     HOP_BY_HOP.iter().position(|name| name.as_str().as_bytes().eq_ignore_ascii_case(token))
 }
 
-/// Remove hop-by-hop headers, including those the `Connection` header names.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+/// Remove hop-by-hop headers, including those the `Connection` header names. Returns the
+/// `Upgrade` value removed when `Connection` listed `upgrade` (a request asking to switch
+/// protocols: the caller decides whether it travels on), found on the way at no extra cost.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) -> Option<HeaderValue> {
     // Look before removing: a remove hashes its name and probes the map, and most messages
     // carry none of these but `Connection`. One bit per HOP_BY_HOP name present.
     let mut present = 0u8;
@@ -61,8 +66,9 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         }
     }
     if present == 0 {
-        return;
+        return None;
     }
+    let mut asks_upgrade = false;
     if present & 1 != 0 {
         // The other names `Connection` lists (collected first: removing needs the map). Nearly
         // always it lists only `keep-alive` or `close`: the first goes below with the fixed
@@ -72,6 +78,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         for value in headers.get_all(header::CONNECTION) {
             for token in value.as_bytes().split(|&b| b == b',') {
                 let token = token.trim_ascii();
+                asks_upgrade |= token.eq_ignore_ascii_case(b"upgrade");
                 if token.eq_ignore_ascii_case(b"close") && !close_field {
                     continue;
                 }
@@ -88,11 +95,16 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
+    let mut upgrade = None;
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
         if present & (1 << i) != 0 {
-            headers.remove(name);
+            let removed = headers.remove(name);
+            if i == UPGRADE_INDEX {
+                upgrade = removed;
+            }
         }
     }
+    upgrade.filter(|_| asks_upgrade)
 }
 
 /// An HTTP/2 request made ready for HTTP/1.1: `Host` from `:authority` when the client sent no
@@ -176,6 +188,25 @@ mod tests {
         assert_eq!(framing(&req(&[("content-length", "5")])), (false, None));
         assert_eq!(framing(&req(&[("transfer-encoding", "Chunked")])), (true, None));
         assert_eq!(framing(&req(&[])), (false, None));
+    }
+
+    #[test]
+    fn stripping_gives_back_an_upgrade_that_connection_asks_for() {
+        let stripped = |fields: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in fields {
+                h.append(*name, HeaderValue::from_static(value));
+            }
+            let upgrade = strip_hop_by_hop(&mut h);
+            assert!(!h.contains_key(header::UPGRADE) && !h.contains_key(header::CONNECTION));
+            upgrade
+        };
+        let websocket = HeaderValue::from_static("websocket");
+        assert_eq!(stripped(&[("connection", "Upgrade"), ("upgrade", "websocket")]), Some(websocket.clone()));
+        assert_eq!(stripped(&[("connection", "keep-alive, upgrade"), ("upgrade", "websocket")]), Some(websocket));
+        assert_eq!(stripped(&[("upgrade", "websocket")]), None, "Connection must ask for it");
+        assert_eq!(stripped(&[("connection", "upgrade")]), None, "nothing to upgrade to");
+        assert_eq!(stripped(&[("connection", "keep-alive")]), None);
     }
 
     /// The names left after stripping a header map made of `fields` (appended in order).

@@ -18,6 +18,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::activity::Activity;
 use super::forward::Exchange;
 use lb_supervisor::Shutdown;
 
@@ -30,36 +31,31 @@ pub(crate) struct Pending {
     pub(crate) timeout: Duration,
 }
 
-/// Is this request asking to switch protocols, in a way we pass on? HTTP/1.1 with `Connection:
-/// upgrade` and an `Upgrade` header; `h2c` is not passed on (HTTP/2 is spoken to clients, not
-/// tunnelled to servers), and neither is an upgrade on a request with a body.
-pub(crate) fn requested<B>(req: &http::Request<B>) -> Option<http::HeaderValue> {
-    use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING, UPGRADE};
-    if req.version() != http::Version::HTTP_11 {
-        return None;
-    }
-    let headers = req.headers();
-    let upgrade = headers.get(UPGRADE)?;
-    let asks = headers
-        .get_all(CONNECTION)
-        .iter()
-        .any(|v| v.as_bytes().split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade")));
-    let has_body =
-        headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+/// Whether an upgrade a request asked for (the `Upgrade` value `strip_hop_by_hop` gave back) is
+/// passed on: HTTP/1.1 only, never `h2c` (HTTP/2 is spoken to clients, not tunnelled to
+/// servers), and never on a request with a body.
+pub(crate) fn passes(
+    version: http::Version,
+    headers: &http::HeaderMap,
+    has_te: bool,
+    upgrade: &http::HeaderValue,
+) -> bool {
     let h2c = upgrade.as_bytes().split(|&b| b == b',').any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"));
-    (asks && !has_body && !h2c).then(|| upgrade.clone())
+    let has_body = has_te || headers.get(http::header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+    version == http::Version::HTTP_11 && !h2c && !has_body
 }
 
 /// Runs the tunnel to its end and logs it.
-pub(crate) async fn run(pending: Pending, mut stop: Shutdown) {
+/// Tunnels are HTTP/1 only: their line goes out through the connection's `activity`, once the
+/// client socket is closed (so that its byte count is final).
+pub(crate) async fn run(pending: Pending, activity: &Activity, mut stop: Shutdown) {
     let Pending { mut exchange, client, server, timeout } = pending;
-    let ctx = exchange.ctx.clone();
     let (client, server) = match tokio::try_join!(client, server) {
         Ok(both) => both,
         Err(e) => {
-            tracing::debug!(frontend = ctx.fe.name(), "upgrade failed: {e}");
+            tracing::debug!(frontend = exchange.ctx.fe.name(), "upgrade failed: {e}");
             exchange.termination = *b"SD";
-            ctx.tunnel_ended(Box::new(exchange));
+            activity.log_when_sent(Box::new(exchange));
             return;
         }
     };
@@ -93,12 +89,12 @@ pub(crate) async fn run(pending: Pending, mut stop: Shutdown) {
     };
     if let Some(e) = ending {
         exchange.termination = if server.failed { *b"SD" } else { *b"CD" };
-        tracing::debug!(frontend = ctx.fe.name(), "tunnel ended: {e}");
+        tracing::debug!(frontend = exchange.ctx.fe.name(), "tunnel ended: {e}");
     }
     // The client socket closes first, so that the byte count the line takes is final.
     drop(client);
     drop(server);
-    ctx.tunnel_ended(Box::new(exchange));
+    activity.log_when_sent(Box::new(exchange));
 }
 
 /// One end of the tunnel: notes when data last moved (ms since the tunnel began), and whether a

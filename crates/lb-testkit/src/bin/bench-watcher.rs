@@ -32,11 +32,7 @@ fn proxy_yaml(ports: &[u16]) -> String {
 }
 
 fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
-    ticks as f64 / 100.0
+    lb_testkit::procfs::cpu_seconds(pid).unwrap_or(0.0)
 }
 
 /// Sends requests through the proxy until every server of `servers` has served one; the time

@@ -13,8 +13,6 @@ pub(crate) struct ConnFacts {
     /// The client: the PROXY header's source when there was one, else the peer address.
     /// `None` for a Unix socket peer without a PROXY header (or a PROXY `LOCAL`/`UNKNOWN`).
     pub(crate) client: Option<SocketAddr>,
-    /// The address the client connected to (the PROXY header's destination when present).
-    pub(crate) local: Option<SocketAddr>,
     /// TLS facts from a PROXY v2 SSL TLV; `None` when the connection did not come through TLS.
     pub(crate) tls: Option<TlsFacts>,
     /// The negotiated ALPN protocol (PROXY v2 ALPN TLV), e.g. `h2` or `http/1.1`.
@@ -32,10 +30,9 @@ pub(crate) struct ConnFacts {
 
 impl ConnFacts {
     /// Facts of a connection with no PROXY header.
-    pub(crate) fn from_socket(client: Option<SocketAddr>, local: Option<SocketAddr>) -> Self {
+    pub(crate) fn from_socket(client: Option<SocketAddr>) -> Self {
         ConnFacts {
             client,
-            local,
             tls: None,
             alpn: None,
             authority: None,

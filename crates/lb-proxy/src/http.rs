@@ -142,12 +142,16 @@ pub(crate) async fn serve(
             },
         };
     let io = Prefixed::new(first, stream);
+    // Each protocol's state machine (hyper's connection, timers, the drain) goes on the heap at
+    // its exact size: inline, the larger of the two would set the size of the connection's
+    // task, and tokio copies a task's whole future several times while spawning and finishing
+    // it (a tenth of the instructions of a one-request connection went to those copies).
     if http2 {
         let streams = Arc::new(h2::Streams::new());
         let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H2(streams.clone()), &shutdown));
-        h2::serve(ctx, streams, io, shutdown).await;
+        Box::pin(h2::serve(ctx, streams, io, shutdown)).await;
     } else {
-        serve_h1(proxy, fe, io, facts, shutdown, opened).await;
+        Box::pin(serve_h1(proxy, fe, io, facts, shutdown, opened)).await;
     }
 }
 
@@ -172,7 +176,7 @@ async fn serve_h1(
     let mut builder = http1::Builder::new();
     // No timer for hyper: the watchdog below owns the header and keep-alive timeouts (hyper's
     // one timeout mixes both and cannot answer 408), and a timer per request costs.
-    builder.keep_alive(true).max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
+    builder.keep_alive(true).writev(false).max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
     let conn =
         builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service).with_upgrades();
     tokio::pin!(conn);

@@ -21,6 +21,7 @@
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
 //! - `facts`: what a connection's socket and PROXY header (crate `lb-proxy-protocol`) tell.
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
+//! - `text`: numbers and IPv4 addresses as text, cheaply (log lines, X-Forwarded-For).
 //! - `runtime`: the runtime commands (HAProxy's CLI: `show stat`, `set server`, `add server` …).
 //! - `counters`, `stats`: traffic counters; `show stat`'s CSV, `show info`, the stats page and
 //!   `/metrics` over HTTP.
@@ -41,6 +42,7 @@ mod runtime;
 mod serve;
 mod stats;
 mod tcp;
+mod text;
 
 pub use daemon::ProxyDaemon;
 pub use error::Error;

@@ -17,7 +17,12 @@ pub enum AsyncListener {
 /// One accepted client connection.
 #[derive(Debug)]
 pub enum Accepted {
-    Tcp { stream: tokio::net::TcpStream, peer: SocketAddr, local: Option<SocketAddr> },
+    /// The local address is not looked up here (one `getsockname()` per connection): a daemon
+    /// that needs it asks the stream.
+    Tcp {
+        stream: tokio::net::TcpStream,
+        peer: SocketAddr,
+    },
     Unix(tokio::net::UnixStream),
 }
 
@@ -48,8 +53,7 @@ impl AsyncListener {
                     let probes = socket2::TcpKeepalive::new().with_time(idle);
                     let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&probes);
                 }
-                let local = stream.local_addr().ok();
-                Ok(Accepted::Tcp { stream, peer, local })
+                Ok(Accepted::Tcp { stream, peer })
             }
             AsyncListener::Unix(l) => Ok(Accepted::Unix(l.accept().await?.0)),
         }

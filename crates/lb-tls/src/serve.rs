@@ -177,7 +177,11 @@ async fn accept_loop(
 
 async fn accept(listener: &AsyncListener, keepalive: Option<Duration>) -> std::io::Result<Client> {
     Ok(match listener.accept(keepalive).await? {
-        Accepted::Tcp { stream, peer, local } => Client::Tcp { stream, peer, local },
+        Accepted::Tcp { stream, peer } => {
+            // The PROXY header's destination.
+            let local = stream.local_addr().ok();
+            Client::Tcp { stream, peer, local }
+        }
         Accepted::Unix(stream) => Client::Unix(stream),
     })
 }

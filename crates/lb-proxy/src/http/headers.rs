@@ -151,7 +151,15 @@ pub(crate) fn framing<B>(req: &Request<B>) -> (bool, Option<&'static str>) {
 
 /// The `X-Forwarded-For` value for a client, made once per connection.
 pub(crate) fn forwarded_for(client_ip: Option<std::net::IpAddr>) -> Option<HeaderValue> {
-    HeaderValue::from_str(&client_ip?.to_string()).ok()
+    let text = match client_ip? {
+        std::net::IpAddr::V4(ip) => {
+            let mut text = String::with_capacity(15);
+            crate::text::push_ipv4(&mut text, ip);
+            text
+        }
+        ip => ip.to_string(),
+    };
+    HeaderValue::from_str(&text).ok()
 }
 
 /// Add `X-Forwarded-For` (appended, as HAProxy's `option forwardfor` does; the value from

@@ -182,11 +182,13 @@ async fn handshake(stream: TcpStream, server: Arc<ServerState>) -> Result<Sender
     // aborted, dropping the connection); errors are seen by the request that hit them.
     let id = server.sessions.id();
     let tracked = server.clone();
-    let task = tokio::spawn(async move {
+    // Boxed: tokio copies a task's future while spawning and finishing it, and a pointer is
+    // cheaper to copy than hyper's connection state.
+    let task = tokio::spawn(Box::pin(async move {
         let _registered = SessionGuard { sessions: &tracked.sessions, id };
         // With upgrades: after a 101 the socket goes to the tunnel (see `tunnel`).
         let _ = conn.with_upgrades().await;
-    });
+    }));
     server.sessions.track(id, task.abort_handle());
     Ok(sender)
 }

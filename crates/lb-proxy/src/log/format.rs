@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use super::{HttpLog, TcpLog};
 use crate::facts::ConnFacts;
+use crate::text::{push_i64, push_ipv4, push_u64};
 
 /// Longest syslog datagram we send (the tail of a longer message is cut). RFC 5426 receivers
 /// take at least 2048 bytes; rsyslog and journald take 8 KiB by default.
@@ -228,8 +229,7 @@ where
 fn push_client(out: &mut String, client: Option<SocketAddr>) {
     match client {
         Some(SocketAddr::V4(client)) => {
-            let [a, b, c, d] = client.ip().octets();
-            push_joined(out, '.', &[a, b, c, d].map(i64::from));
+            push_ipv4(out, *client.ip());
             out.push(':');
             push_u64(out, u64::from(client.port()));
         }
@@ -420,32 +420,6 @@ fn push_joined(out: &mut String, sep: char, numbers: &[i64]) {
             out.push(sep);
         }
         push_i64(out, n);
-    }
-}
-
-fn push_i64(out: &mut String, n: i64) {
-    if n < 0 {
-        out.push('-');
-    }
-    push_u64(out, n.unsigned_abs());
-}
-
-/// `n` in decimal, as `{}` writes it, without the formatting machinery. Most numbers of a log
-/// line are a single digit.
-fn push_u64(out: &mut String, mut n: u64) {
-    if n < 10 {
-        push_digit(out, n);
-        return;
-    }
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    while n > 0 {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
     }
 }
 
@@ -685,18 +659,10 @@ mod direct_tests {
     }
 
     #[test]
-    fn numbers_as_display_writes_them() {
-        for n in [0, 1, 9, 10, 99, 100, 12_345, i64::from(u32::MAX), i64::MAX, -1, -10, i64::MIN] {
-            let mut out = String::new();
-            push_i64(&mut out, n);
-            assert_eq!(out, n.to_string());
-        }
-        let mut out = String::new();
-        push_u64(&mut out, u64::MAX);
-        assert_eq!(out, u64::MAX.to_string());
+    fn client_addresses_as_display_writes_them() {
         for addr in ["0.0.0.0:0", "255.255.255.255:65535", "10.0.1.2:33317", "[2001:db8::1]:50000"] {
             let client: SocketAddr = addr.parse().expect("address");
-            let mut facts = ConnFacts::from_socket(Some(client), None);
+            let mut facts = ConnFacts::from_socket(Some(client));
             facts.accepted_at = UNIX_EPOCH;
             let mut out = String::new();
             common_start(&mut out, &facts, UNIX_EPOCH, &Utc, "f", "b", "s");

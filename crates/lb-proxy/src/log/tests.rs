@@ -26,10 +26,7 @@ pub(super) fn accept() -> SystemTime {
 }
 
 pub(super) fn facts(client: Option<&str>) -> ConnFacts {
-    let mut f = ConnFacts::from_socket(
-        client.map(|c| c.parse().expect("address")),
-        Some("10.0.0.1:80".parse().expect("address")),
-    );
+    let mut f = ConnFacts::from_socket(client.map(|c| c.parse().expect("address")));
     f.accepted_at = accept();
     f
 }

@@ -17,6 +17,7 @@
 //! by two tasks racing for its last slot.
 
 mod balance;
+mod check;
 mod server;
 mod sessions;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use lb_config::Balance;
 
 use crate::counters::Counters;
 use balance::SmoothRoundRobin;
+pub(crate) use check::{CheckResult, CheckStatus};
 use server::Downtime;
 pub(crate) use server::ServerState;
 pub(crate) use sessions::SessionGuard;

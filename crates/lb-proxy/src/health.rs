@@ -17,14 +17,14 @@ mod probe;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use lb_config::AdminState;
 use rand::Rng;
 
 use crate::backend::{BackendState, Backends, ServerState};
+pub(crate) use crate::backend::{CheckResult, CheckStatus};
 use lb_supervisor::Shutdown;
 
 /// No two checks of a server closer than this, however often it is woken; also the floor of
@@ -32,82 +32,6 @@ use lb_supervisor::Shutdown;
 const MIN_GAP: Duration = Duration::from_millis(100);
 /// The floor of the configured interval, so that a zero interval cannot spin.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
-
-/// A check's outcome, named as HAProxy names them (its stats' `check_status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum CheckStatus {
-    /// No check has completed yet.
-    #[default]
-    Init,
-    /// TCP connect succeeded.
-    L4Ok,
-    /// TCP connect timed out.
-    L4Timeout,
-    /// TCP connect failed (refused, unreachable …).
-    L4Con,
-    /// The HTTP response had the expected status.
-    L7Ok,
-    /// The HTTP response had another status.
-    L7Status,
-    /// No complete HTTP response head in time.
-    L7Timeout,
-    /// The HTTP exchange failed (connection closed, not HTTP …).
-    L7Response,
-}
-
-impl CheckStatus {
-    /// HAProxy's short name: `L4OK`, `L7STS` …
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            CheckStatus::Init => "INI",
-            CheckStatus::L4Ok => "L4OK",
-            CheckStatus::L4Timeout => "L4TOUT",
-            CheckStatus::L4Con => "L4CON",
-            CheckStatus::L7Ok => "L7OK",
-            CheckStatus::L7Status => "L7STS",
-            CheckStatus::L7Timeout => "L7TOUT",
-            CheckStatus::L7Response => "L7RSP",
-        }
-    }
-
-    /// HAProxy's description, the `reason` of its UP/DOWN log lines.
-    pub(crate) fn reason(self) -> &'static str {
-        match self {
-            CheckStatus::Init => "Initializing",
-            CheckStatus::L4Ok => "Layer4 check passed",
-            CheckStatus::L4Timeout => "Layer4 timeout",
-            CheckStatus::L4Con => "Layer4 connection problem",
-            CheckStatus::L7Ok => "Layer7 check passed",
-            CheckStatus::L7Status => "Layer7 wrong status",
-            CheckStatus::L7Timeout => "Layer7 timeout",
-            CheckStatus::L7Response => "Layer7 invalid response",
-        }
-    }
-
-    pub(crate) fn passed(self) -> bool {
-        matches!(self, CheckStatus::L4Ok | CheckStatus::L7Ok)
-    }
-}
-
-impl fmt::Display for CheckStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The last check of a server, kept on its [`ServerState`] for stats.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct CheckResult {
-    pub(crate) status: CheckStatus,
-    /// The HTTP status received (HTTP checks that got a response).
-    pub(crate) code: Option<u16>,
-    /// What went wrong (or the status's reason phrase), e.g. `Connection refused`.
-    pub(crate) info: Option<String>,
-    /// From the start of the connect to the outcome.
-    pub(crate) duration: Duration,
-    /// When the check ended; `None` before the first.
-    pub(crate) at: Option<SystemTime>,
-}
 
 /// Start one task per server with `check: true`: the backend's `health_check` settings,
 /// `timeouts.check` for connect + response. Tasks end when `shutdown.draining()` resolves.

@@ -31,10 +31,8 @@ use self::upstream::Upstream;
 use crate::counters::Transfer;
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
-use crate::serve::{FrontendState, Proxy};
+use crate::state::{FrontendState, Proxy};
 use lb_supervisor::Shutdown;
-
-pub(crate) use self::upstream::{Pool, MAX_IDLE_PER_SERVER};
 
 /// hyper's read buffer cannot be smaller than this.
 const MIN_HEADER_BUFFER: usize = 8192;

@@ -15,9 +15,12 @@
 //! - `daemon`: [`ProxyDaemon`], what lb-supervisor runs.
 //! - `listener`: the client stream type.
 //! - `serve`: the running proxy: accept loops with connection limits, dispatch by mode, drain.
+//! - `state`: what the connections of a process share (`Proxy`, `FrontendState`), below the
+//!   modules that serve and report.
 //! - `http`: HTTP mode (hyper on both sides): routing, forwarding headers, timeouts, errors.
 //! - `tcp`: TCP mode: bidirectional copy with half-close.
-//! - `connect`: connecting to a server with retries and redispatch.
+//! - `connect`: connecting to a server with retries and redispatch; `pool`: idle server
+//!   connections shared by a process (`http_reuse: safe`).
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
 //! - `facts`: what a connection's socket and PROXY header (crate `lb-proxy-protocol`) tell.
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
@@ -38,8 +41,10 @@ mod http;
 mod limit;
 mod listener;
 mod log;
+mod pool;
 mod runtime;
 mod serve;
+mod state;
 mod stats;
 mod tcp;
 mod text;

@@ -22,10 +22,10 @@ mod tests;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lb_supervisor::report::Format;
-use lb_supervisor::{MasterLink, Runtime, RuntimeResult, Shutdown};
+use lb_supervisor::{Runtime, RuntimeResult, Shutdown};
 
 use crate::counters::Snapshot;
-use crate::serve::Proxy;
+use crate::state::Proxy;
 use crate::stats;
 
 /// `help`: every command, in HAProxy's layout.
@@ -71,19 +71,13 @@ pub(crate) struct ProxyRuntime {
     proxy: Arc<Proxy>,
     /// For health checks of servers added at run time.
     shutdown: Shutdown,
-    /// The master, for `show proc` (old workers, for metrics).
-    pub(crate) master: MasterLink,
     /// The snapshot handed to the next worker, to tell what was counted after it.
     handed: Arc<Mutex<Option<Snapshot>>>,
 }
 
 impl ProxyRuntime {
-    pub(crate) fn new(proxy: Arc<Proxy>, shutdown: Shutdown, master: MasterLink) -> Self {
-        ProxyRuntime { proxy, shutdown, master, handed: Arc::default() }
-    }
-
-    pub(crate) fn proxy(&self) -> &Arc<Proxy> {
-        &self.proxy
+    pub(crate) fn new(proxy: Arc<Proxy>, shutdown: Shutdown) -> Self {
+        ProxyRuntime { proxy, shutdown, handed: Arc::default() }
     }
 
     /// One command (already split from its line).

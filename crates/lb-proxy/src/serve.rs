@@ -1,4 +1,5 @@
-//! The running proxy: accept loops with connection limits, dispatch by mode, and the drain.
+//! The running proxy: accept loops with connection limits, dispatch by mode, and the drain. The
+//! state its connections share is `state`'s.
 //!
 //! Limits are enforced *before* `accept()`: a loop first takes a permit from the global and the
 //! frontend limit, and only then accepts. At a limit nothing is accepted, so new connections wait
@@ -8,154 +9,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb_config::{Bind, Config, Frontend, Mode};
+use lb_config::{Bind, Config, Mode};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{BackendState, Backends};
+use crate::backend::Backends;
 use crate::counters::Counters;
 use crate::facts::ConnFacts;
-use crate::http::Pool;
 use crate::limit::Limit;
 use crate::listener::ClientStream;
 use crate::log::Logger;
+use crate::pool::Pool;
 use crate::runtime::ProxyRuntime;
+use crate::state::{FrontendState, Proxy};
 use crate::{health, Error, Listeners};
 use lb_proxy_protocol::read_proxy_header;
 use lb_supervisor::MasterLink;
 use lb_supervisor::Shutdown;
 use lb_supervisor::{Accepted, AsyncListener, Listener};
-
-/// Everything the connections of one serving process share.
-#[derive(Debug)]
-pub(crate) struct Proxy {
-    pub(crate) backends: Backends,
-    pub(crate) logger: Logger,
-    /// Idle server connections, for backends with `http_reuse: safe`.
-    pub(crate) pool: Pool,
-    /// A draining process closes its idle connections spread over this long.
-    pub(crate) close_spread: Duration,
-    /// Current client connections over all frontends (HAProxy's actconn).
-    actconn: AtomicUsize,
-    /// `global.max_connections`, or as last set by `set maxconn global` (at most the former).
-    pub(crate) limit: Limit,
-    /// `global.max_connections` as configured: `set maxconn global` may not go past it.
-    pub(crate) hard_max_connections: usize,
-    /// `set rate-limit connections global`: connections accepted per second at most (0: none).
-    pub(crate) conn_rate_limit: AtomicU64,
-    /// The whole process: connections accepted, requests (`show info`).
-    pub(crate) counters: Counters,
-    /// Every frontend, in config order.
-    pub(crate) frontends: Vec<Arc<FrontendState>>,
-    /// Runtime threads serving (`show info`'s Nbthread).
-    pub(crate) threads: usize,
-    pub(crate) started: std::time::Instant,
-    pub(crate) started_at: std::time::SystemTime,
-    /// `show info`'s `Name:` (`global.runtime_name`).
-    pub(crate) runtime_name: String,
-    shutdown: Shutdown,
-    /// True once the counters of the previous worker were added (or there were none): stats
-    /// wait for it, so that no scrape sees counters drop at a reload.
-    counters_ready: tokio::sync::watch::Sender<bool>,
-}
-
-/// One frontend's configuration, its routes resolved, and its live counters.
-#[derive(Debug)]
-pub(crate) struct FrontendState {
-    pub(crate) config: Frontend,
-    routes: Vec<(lb_config::Rule, Arc<BackendState>)>,
-    default_backend: Option<Arc<BackendState>>,
-    /// Current connections on this frontend (HAProxy's feconn).
-    feconn: AtomicUsize,
-    /// Its `max_connections` (by default the global one), or as last set at run time.
-    pub(crate) limit: Limit,
-    /// `disable frontend`: accepting stopped for now.
-    paused: tokio::sync::watch::Sender<bool>,
-    pub(crate) counters: Counters,
-}
-
-impl Proxy {
-    pub(crate) fn actconn(&self) -> usize {
-        self.actconn.load(Ordering::Relaxed)
-    }
-
-    /// This process no longer accepts (an old worker after a reload, or stopping).
-    pub(crate) fn draining(&self) -> bool {
-        self.shutdown.is_draining()
-    }
-
-    /// The predecessor's counters have been added: stats may be shown.
-    pub(crate) fn counters_ready(&self) {
-        self.counters_ready.send_replace(true);
-    }
-
-    /// Wait (at most `within`) for [`counters_ready`](Self::counters_ready).
-    pub(crate) async fn wait_counters_ready(&self, within: Duration) {
-        let mut ready = self.counters_ready.subscribe();
-        let _ = tokio::time::timeout(within, ready.wait_for(|r| *r)).await;
-    }
-}
-
-impl FrontendState {
-    fn new(config: &Frontend, backends: &Backends, global_max: usize) -> Self {
-        // Validation guarantees every referenced backend exists; a missing one is skipped
-        // rather than trusted blindly.
-        let routes =
-            config.rules.iter().filter_map(|rule| Some((rule.clone(), backends.get(&rule.backend)?.clone()))).collect();
-        FrontendState {
-            config: config.clone(),
-            routes,
-            default_backend: config.default_backend.as_deref().and_then(|b| backends.get(b)).cloned(),
-            feconn: AtomicUsize::new(0),
-            limit: Limit::new(config.max_connections.unwrap_or(global_max)),
-            paused: tokio::sync::watch::Sender::new(false),
-            counters: Counters::default(),
-        }
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    pub(crate) fn feconn(&self) -> usize {
-        self.feconn.load(Ordering::Relaxed)
-    }
-
-    /// Stop or resume accepting (`disable frontend`, `enable frontend`); false when it was so
-    /// already. Open connections are not touched; new ones wait in the kernel's queue.
-    pub(crate) fn pause(&self, paused: bool) -> bool {
-        self.paused.send_replace(paused) != paused
-    }
-
-    pub(crate) fn is_paused(&self) -> bool {
-        *self.paused.borrow()
-    }
-
-    /// The backend for a request: the first rule that matches, else the default backend.
-    pub(crate) fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<BackendState>> {
-        let host = host.map(strip_port);
-        self.routes
-            .iter()
-            .find(|(rule, _)| {
-                rule.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
-                    && rule.host.as_deref().is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
-            })
-            .map(|(_, backend)| backend)
-            .or(self.default_backend.as_ref())
-    }
-
-    /// The backend of a TCP-mode frontend.
-    pub(crate) fn default_backend(&self) -> Option<&Arc<BackendState>> {
-        self.default_backend.as_ref()
-    }
-}
-
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.split_inclusive(']').next().unwrap_or(host);
-    }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
-}
 
 /// Held for the life of one client connection: its permits and its place in the counters.
 #[derive(Debug)]
@@ -290,7 +161,7 @@ pub async fn start_supervised(
         counters_ready: tokio::sync::watch::Sender::new(!master.is_attached()),
     });
     health::spawn_health_checks(&proxy.backends, shutdown.clone());
-    let runtime = ProxyRuntime::new(proxy.clone(), shutdown.clone(), master);
+    let runtime = ProxyRuntime::new(proxy.clone(), shutdown.clone());
 
     let tracker = TaskTracker::new();
     let loops: Vec<_> = accepts
@@ -300,7 +171,9 @@ pub async fn start_supervised(
         })
         .collect();
     if let Some((listener, settings)) = stats {
-        tokio::spawn(crate::stats::serve_http(runtime.clone(), listener, settings, shutdown.clone(), tracker.clone()));
+        let serving =
+            crate::stats::serve_http(proxy.clone(), master, listener, settings, shutdown.clone(), tracker.clone());
+        tokio::spawn(serving);
     }
     let done = lb_supervisor::finish_when_drained(loops, tracker, shutdown);
     Ok(Server { proxy, runtime, done })

@@ -28,7 +28,7 @@ use lb_supervisor::report::{self, Format, ObjType, StatObject};
 
 use crate::backend::{BackendState, ServerState};
 use crate::counters::{unix_now, Counters, ServerTotals, Snapshot};
-use crate::serve::{FrontendState, Proxy};
+use crate::state::{FrontendState, Proxy};
 
 pub(crate) use columns::COLUMNS;
 pub(crate) use http::serve as serve_http;

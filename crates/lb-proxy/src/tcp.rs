@@ -20,7 +20,7 @@ use crate::counters::Transfer;
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
 use crate::log::TcpLog;
-use crate::serve::{FrontendState, Proxy};
+use crate::state::{FrontendState, Proxy};
 use lb_supervisor::Shutdown;
 
 pub(crate) async fn serve(

@@ -17,7 +17,8 @@
 //! [`ShutdownHandle`], [`Request`] / [`Response`], [`Error`].
 //!
 //! # Layout
-//! - `daemon`: the [`Daemon`] trait and [`main`], the command line shared by every daemon.
+//! - `entry`: [`main`], the command line shared by every daemon: check, master or worker.
+//! - `daemon`: the [`Daemon`] trait and what master and workers share, below both.
 //! - `master`: the master: sockets, workers, reloads, signals, the control socket.
 //! - `worker`: a worker's side: receive sockets, serve, report, drain.
 //! - `channel`: framed JSON messages with file descriptors over a Unix socket.
@@ -41,6 +42,7 @@ mod addr;
 mod channel;
 pub mod control;
 mod daemon;
+mod entry;
 mod error;
 mod fdpass;
 mod listen;
@@ -56,7 +58,8 @@ mod worker;
 
 pub use accept::{back_off_after, Accepted, AsyncListener};
 pub use addr::{ListenAddr, UnixAccess};
-pub use daemon::{main, Daemon, Plan, Serving};
+pub use daemon::{Daemon, Plan, Serving};
+pub use entry::main;
 pub use error::Error;
 pub use listen::{bind_all, bind_one, Listener, Listeners};
 pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};

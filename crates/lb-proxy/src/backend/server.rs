@@ -13,8 +13,8 @@ use lb_config::AdminState;
 use tokio::sync::Notify;
 
 use super::sessions::Sessions;
+use super::CheckResult;
 use crate::counters::Counters;
-use crate::health::CheckResult;
 
 /// Largest weight a server can have (HAProxy's and the config's limit).
 const MAX_WEIGHT: u32 = 256;

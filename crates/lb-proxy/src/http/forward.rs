@@ -129,7 +129,9 @@ impl OnEnd for Exchange {
                             pinned.push(up);
                         }
                     }
-                    lb_config::HttpReuse::Safe => ctx.proxy.pool.put(up.backend.name(), up.server.index(), up.conn),
+                    lb_config::HttpReuse::Safe => {
+                        ctx.proxy.pool.put(up.backend.name(), up.server.index(), Box::new(up.conn))
+                    }
                 }
             }
         }

@@ -5,10 +5,9 @@
 //! per connection (such as the forwarded address), so two clients never share one. With
 //! `http_reuse: safe`, idle server connections go to a pool shared by all client connections.
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -18,11 +17,9 @@ use tokio::time::Sleep;
 use super::body::RequestBody;
 use crate::backend::{BackendState, ServerLease, ServerState, SessionGuard};
 use crate::connect::{connect, ConnectFailure};
+use crate::pool::{Idle, Pool};
 
 pub(crate) type Sender = SendRequest<RequestBody>;
-
-/// Idle connections kept per server at most; more are closed.
-pub(crate) const MAX_IDLE_PER_SERVER: usize = 64;
 
 /// How long a new connection's response timer is set for before its first request sets it.
 const UNSET: Duration = Duration::from_secs(86_400);
@@ -58,61 +55,12 @@ pub(crate) struct Upstream {
     pub(crate) queue_ms: i64,
 }
 
-/// One server's idle connections, each with when it became idle.
-type IdleList = Vec<(ServerConn, Instant)>;
-
-/// Idle server connections of `http_reuse: safe` backends.
-#[derive(Debug, Default)]
-pub(crate) struct Pool {
-    /// Backend name → per server index → idle connections (looked up by `&str`: no key is
-    /// allocated per request).
-    idle: Mutex<HashMap<String, Vec<IdleList>>>,
-}
-
-impl Pool {
-    /// An idle connection of `server`: not idle for `max_idle` or more, and made to the
-    /// server's current address (`generation`).
-    fn take(&self, backend: &str, server: usize, (max_idle, generation): (Duration, u64)) -> Option<ServerConn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(backend)?.get_mut(server)?;
-        while let Some((conn, since)) = list.pop() {
-            if !conn.sender.is_closed() && since.elapsed() < max_idle && conn.addr_generation == generation {
-                return Some(conn);
-            }
-        }
-        None
+impl Idle for ServerConn {
+    fn is_closed(&self) -> bool {
+        self.sender.is_closed()
     }
-
-    /// How many idle connections a server has (`show servers conn`).
-    pub(crate) fn idle(&self, backend: &str, server: usize) -> usize {
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.get(backend)
-            .and_then(|servers| servers.get(server))
-            .map_or(0, |list| list.iter().filter(|(c, _)| !c.sender.is_closed()).count())
-    }
-
-    /// Close a server's idle connections (its address changed).
-    pub(crate) fn forget(&self, backend: &str, server: usize) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(list) = idle.get_mut(backend).and_then(|servers| servers.get_mut(server)) {
-            list.clear();
-        }
-    }
-
-    pub(crate) fn put(&self, backend: &str, server: usize, conn: ServerConn) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if !idle.contains_key(backend) {
-            idle.insert(backend.to_owned(), Vec::new());
-        }
-        let Some(servers) = idle.get_mut(backend) else { return };
-        if servers.len() <= server {
-            servers.resize_with(server + 1, Vec::new);
-        }
-        let list = &mut servers[server];
-        list.retain(|(c, _)| !c.sender.is_closed());
-        if list.len() < MAX_IDLE_PER_SERVER {
-            list.push((conn, Instant::now()));
-        }
+    fn addr_generation(&self) -> u64 {
+        self.addr_generation
     }
 }
 
@@ -137,8 +85,8 @@ pub(crate) async fn acquire(
         if let Some(lease) = backend.pick(&[]) {
             let server = lease.server().clone();
             // Older than the server timeout, a pooled connection is likely closed by the server.
-            let current = (backend.config().timeouts.server, server.addr_generation());
-            if let Some(conn) = pool.take(backend.name(), server.index(), current) {
+            let (max_idle, generation) = (backend.config().timeouts.server, server.addr_generation());
+            if let Some(conn) = pool.take::<ServerConn>(backend.name(), server.index(), max_idle, generation) {
                 return Ok(Upstream {
                     conn,
                     server,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use lb_supervisor::RuntimeResult;
 
 use super::ProxyRuntime;
-use crate::http::MAX_IDLE_PER_SERVER;
+use crate::pool::MAX_IDLE_PER_SERVER;
 
 pub(super) fn command(rt: &ProxyRuntime, words: &[&str]) -> Option<RuntimeResult> {
     let proxy = &rt.proxy;

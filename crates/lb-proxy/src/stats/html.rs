@@ -10,7 +10,7 @@ use lb_supervisor::{ProcTable, Role};
 use super::{backend_status, server_status};
 use crate::backend::{BackendState, ServerState};
 use crate::counters::Counters;
-use crate::serve::{FrontendState, Proxy};
+use crate::state::{FrontendState, Proxy};
 
 const STYLE: &str = "
 body{font:13px/1.4 system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;background:#f4f5f7;color:#1d2330}

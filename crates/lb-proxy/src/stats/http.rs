@@ -22,7 +22,11 @@ use hyper_util::rt::TokioIo;
 use lb_supervisor::Shutdown;
 use tokio_util::task::TaskTracker;
 
-use crate::runtime::ProxyRuntime;
+use std::sync::Arc;
+
+use lb_supervisor::MasterLink;
+
+use crate::state::Proxy;
 
 /// How long a new worker's stats wait for its predecessor's counters at most.
 const COUNTERS_WAIT: Duration = Duration::from_secs(2);
@@ -33,7 +37,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accept stats requests until the worker drains.
 pub(crate) async fn serve(
-    runtime: ProxyRuntime,
+    proxy: Arc<Proxy>,
+    master: MasterLink,
     listener: tokio::net::TcpListener,
     settings: lb_config::Stats,
     mut shutdown: Shutdown,
@@ -47,10 +52,10 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((stream, _)) => {
-                let runtime = runtime.clone();
+                let (proxy, master) = (proxy.clone(), master.clone());
                 let refresh = settings.refresh;
                 tracker.spawn(async move {
-                    let service = service_fn(move |req| answer(runtime.clone(), refresh, req));
+                    let service = service_fn(move |req| answer(proxy.clone(), master.clone(), refresh, req));
                     let conn = http1::Builder::new().keep_alive(false).serve_connection(TokioIo::new(stream), service);
                     let _ = tokio::time::timeout(REQUEST_TIMEOUT, conn).await;
                 });
@@ -64,14 +69,14 @@ pub(crate) async fn serve(
 }
 
 async fn answer(
-    runtime: ProxyRuntime,
+    proxy: Arc<Proxy>,
+    master: MasterLink,
     refresh: Duration,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".into()));
     }
-    let proxy = runtime.proxy().clone();
     proxy.wait_counters_ready(COUNTERS_WAIT).await;
     let path = req.uri().path();
     // HAProxy's stats URIs carry options after `;` (`/;csv;norefresh`).
@@ -80,11 +85,11 @@ async fn answer(
     Ok(match base {
         "/" | "/stats" if csv => reply(StatusCode::OK, "text/csv; charset=utf-8", super::csv(&proxy)),
         "/" | "/stats" => {
-            let procs = runtime.master.show_proc(PROC_WAIT).await;
+            let procs = master.show_proc(PROC_WAIT).await;
             reply(StatusCode::OK, "text/html; charset=utf-8", super::html::page(&proxy, procs.as_ref(), refresh))
         }
         "/metrics" => {
-            let procs = runtime.master.show_proc(PROC_WAIT).await;
+            let procs = master.show_proc(PROC_WAIT).await;
             reply(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

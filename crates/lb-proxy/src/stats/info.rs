@@ -9,7 +9,7 @@ use lb_supervisor::report::{Format, Info};
 use super::server_id;
 use crate::backend::ServerState;
 use crate::health::CheckStatus;
-use crate::serve::Proxy;
+use crate::state::Proxy;
 
 /// The version line and header of `show servers state`, as HAProxy 2.6 prints them.
 pub(crate) const SERVERS_STATE_HEADER: &str = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state \

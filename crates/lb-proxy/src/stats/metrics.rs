@@ -15,7 +15,7 @@ use lb_supervisor::{ProcTable, Role};
 
 use crate::backend::{BackendState, ServerState};
 use crate::counters::{Counters, Totals, BUCKETS_MS, PHASES};
-use crate::serve::{FrontendState, Proxy};
+use crate::state::{FrontendState, Proxy};
 
 const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
 

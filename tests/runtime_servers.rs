@@ -163,6 +163,8 @@ async fn every_command_good_and_bad() {
         ("show stat -1 8 -1", "Invalid type '8': -1, or a sum of 1 (frontends), 2 (backends), 4 (servers)."),
         ("show stat be 4 x", "Invalid server id 'x': -1 or a positive number."),
         ("show schema xml", "Usage: show schema json."),
+        ("show errors nosuch", "No such proxy."),
+        ("show errors 1 request x", "Usage: show errors [<iid>|<proxy>] [request|response]."),
     ];
     let before = proxy.runtime_command("show servers state").await.expect("state");
     for (command, message) in cases {

@@ -5,8 +5,10 @@
 
 use std::collections::HashMap;
 use std::process::Command;
+use std::time::Duration;
 
-use lb_testkit::haproxy::haproxy_answers;
+use lb_testkit::haproxy::{haproxy_answers, haproxy_answers_after};
+use lb_testkit::raw::RawConn;
 use lb_testkit::{client, ProxyProcess, TestServer};
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
@@ -168,4 +170,54 @@ async fn hatop_shows_the_proxy() {
     assert_eq!(status, 0, "hatop quit cleanly on q:\n{screen}");
     assert!(screen.contains("lb-proxy"), "hatop shows the process name:\n{screen}");
     assert!(screen.contains("api") && screen.contains("a1"), "hatop lists the backend and its servers:\n{screen}");
+}
+
+/// `show errors` shows the last request a frontend refused, as haproxy does: the same header
+/// line, event number, source and error position, the same dump of the bytes; a framing
+/// conflict hyper would have accepted is captured with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_errors_shows_the_refused_request_as_haproxy_does() {
+    let server = TestServer::start("a1");
+    let proxy = ProxyProcess::start_with(1, config(&server));
+    let bad: &[u8] = b"GET / HTTP/1.1\r\nBad Header: x\r\nHost: a\r\n\r\n";
+    let refused = |bytes: &'static [u8]| {
+        let addr = proxy.addr();
+        async move {
+            let mut conn = RawConn::connect(addr).await.expect("connect");
+            conn.send(bytes).await.expect("send");
+            conn.read_response(Duration::from_secs(5)).await.expect("a response").status
+        }
+    };
+    assert_eq!(proxy.runtime("show errors").lines().nth(1), Some(" "), "nothing captured yet");
+    assert_eq!(refused(bad).await, 400);
+    let (theirs, _) = haproxy_answers_after(&[bad], &["show errors"]);
+    let ours = proxy.runtime("show errors");
+
+    let dump = |text: &str| text.lines().filter(|l| l.starts_with("  0")).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(dump(&ours), dump(&theirs[0]), "the bytes as haproxy shows them:\n{ours}\n{}", theirs[0]);
+    assert_eq!(dump(&ours).len(), 4, "{ours}");
+    for text in [&ours, &theirs[0]] {
+        assert!(text.starts_with("Total events captured on ["), "{text}");
+        assert!(text.contains(" : 1\n \n["), "{text}");
+        assert!(text.contains(" frontend web (#"), "{text}");
+        assert!(
+            text.contains("): invalid request\n  backend <NONE> (#-1), server <NONE> (#-1), event #0, src 127.0.0.1:"),
+            "{text}"
+        );
+        assert!(text.contains("error at position 19\n"), "{text}");
+    }
+    assert!(ours.contains("\n  reason: invalid HTTP header parsed\n"), "{ours}");
+
+    // A framing conflict hyper would accept is refused by lb-proxy, and captured with why.
+    let smuggling: &[u8] =
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(refused(smuggling).await, 400);
+    let ours = proxy.runtime("show errors web");
+    assert!(ours.contains(" : 2\n"), "{ours}");
+    assert!(ours.contains("event #1,"), "{ours}");
+    assert!(ours.contains("\n  reason: both Content-Length and Transfer-Encoding\n"), "{ours}");
+    assert!(ours.contains("\n  00000  POST / HTTP/1.1\\r\\n\n"), "{ours}");
+
+    assert!(proxy.runtime("show errors 1").contains("reason: both Content-Length and Transfer-Encoding"));
+    assert!(!proxy.runtime("show errors response").contains("invalid request"));
 }

@@ -91,10 +91,19 @@ impl ConnCtx {
     /// A request's head is in: when its first byte came, why to refuse it if its raw head shows
     /// a framing conflict (HTTP/1 only: HTTP/2 frames its messages itself), and for HTTP/2 the
     /// guard that keeps its stream counted as open.
-    fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>, Option<h2::StreamGuard>) {
+    /// `refused`: why the parsed request is refused already, if it is; a refused HTTP/1 request
+    /// is captured for `show errors` (HTTP/2's are not: there is no raw head to show).
+    fn request_started(
+        &self,
+        has_transfer_encoding: bool,
+        refused: Option<&'static str>,
+    ) -> (Instant, Option<&'static str>, Option<h2::StreamGuard>) {
         match &self.wire {
             Wire::H1(activity) => {
-                let (first_byte, conflict) = activity.request_started(has_transfer_encoding);
+                let (first_byte, conflict, head) = activity.request_started(has_transfer_encoding, refused.is_some());
+                if let (Some(reason), Some(head)) = (conflict.or(refused), head) {
+                    self.fe.errors.record(self.facts.client, reason.to_owned(), head);
+                }
                 (first_byte, conflict, None)
             }
             Wire::H2(streams) => (Instant::now(), None, Some(streams.open())),
@@ -249,6 +258,7 @@ async fn serve_h1(
         };
         if e.is_parse() || e.is_parse_too_large() {
             tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "bad request: {e}");
+            fe.errors.record(ctx.facts.client, e.to_string(), activity.take_head());
             bad_request(&ctx, reading.unwrap_or_else(Instant::now), 400, *b"PR");
         } else if let (true, Some(since)) = (e.is_incomplete_message(), reading) {
             // The client went away in the middle of its request's head: HAProxy logs it as

@@ -23,6 +23,7 @@
 //!   connections shared by a process (`http_reuse: safe`).
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
 //! - `facts`: what a connection's socket and PROXY header (crate `lb-proxy-protocol`) tell.
+//! - `capture`: the last refused request of each frontend (`show errors`).
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
 //! - `text`: numbers and IPv4 addresses as text, cheaply (log lines, X-Forwarded-For).
 //! - `runtime`: the runtime commands (HAProxy's CLI: `show stat`, `set server`, `add server` …).
@@ -31,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+mod capture;
 mod connect;
 mod counters;
 mod daemon;

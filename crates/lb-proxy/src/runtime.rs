@@ -56,6 +56,7 @@ The following commands are valid at this level:
   show activity                           : the runtime's tasks, queue and accepted connections
   show backend                            : list the backends
   show env [<name>]                       : the process's environment
+  show errors [<iid>|<frontend>] [request|response] : the last refused request of each frontend
   show info [typed|json]                  : report information about the running process
   show schema json                        : the JSON schema of the json forms
   show servers conn [<backend>]           : server connections, used and idle
@@ -107,12 +108,40 @@ impl ProxyRuntime {
                 None => RuntimeResult::refused("Can't find backend."),
             },
             ["show", "servers", "state", ..] => RuntimeResult::refused("Usage: show servers state [<backend>]."),
+            ["show", "errors", rest @ ..] => self.show_errors(rest),
             ["show", "sess"] => RuntimeResult::ok(stats::sessions(&self.proxy)),
             ["show", "sess", ..] => RuntimeResult::refused("'show sess' takes no argument here (a summary only)."),
             ["disable" | "enable" | "set" | "get" | "add" | "del" | "shutdown", ..] => servers::command(self, &words),
             [] => RuntimeResult::refused("Empty command."),
             _ => RuntimeResult::refused(format!("Unknown command: '{command}'. Type 'help' for the list.")),
         }
+    }
+
+    /// `show errors [<iid>|<frontend>] [request|response]`: the last refused request of each
+    /// frontend. Only requests are captured (responses a server got wrong are its log's 502).
+    fn show_errors(&self, args: &[&str]) -> RuntimeResult {
+        let (mut which, mut responses) = (None, false);
+        for arg in args {
+            match *arg {
+                "request" => responses = false,
+                "response" => responses = true,
+                name if which.is_none() => which = Some(name),
+                _ => return RuntimeResult::refused("Usage: show errors [<iid>|<proxy>] [request|response]."),
+            }
+        }
+        let frontends: Vec<_> = self
+            .proxy
+            .frontends
+            .iter()
+            .enumerate()
+            .map(|(i, fe)| (fe.name(), stats::frontend_id(i), &fe.errors))
+            .filter(|(name, id, _)| which.is_none_or(|w| w == *name || w == id.to_string()))
+            .collect();
+        if which.is_some() && frontends.is_empty() {
+            return RuntimeResult::refused("No such proxy.");
+        }
+        let shown = if responses { Vec::new() } else { frontends };
+        RuntimeResult::ok(crate::capture::render(std::time::SystemTime::now(), &shown))
     }
 
     /// Every counter, to hand to the next worker.

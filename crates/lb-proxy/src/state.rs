@@ -11,6 +11,7 @@ use lb_config::Frontend;
 use lb_supervisor::Shutdown;
 
 use crate::backend::{BackendState, Backends};
+use crate::capture::Captures;
 use crate::counters::Counters;
 use crate::limit::Limit;
 use crate::log::Logger;
@@ -62,6 +63,8 @@ pub(crate) struct FrontendState {
     /// `disable frontend`: accepting stopped for now.
     pub(crate) paused: tokio::sync::watch::Sender<bool>,
     pub(crate) counters: Counters,
+    /// Its last refused request (`show errors`).
+    pub(crate) errors: Captures,
 }
 
 impl Proxy {
@@ -100,6 +103,7 @@ impl FrontendState {
             limit: Limit::new(config.max_connections.unwrap_or(global_max)),
             paused: tokio::sync::watch::Sender::new(false),
             counters: Counters::default(),
+            errors: Captures::default(),
         }
     }
 

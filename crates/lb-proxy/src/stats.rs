@@ -75,7 +75,7 @@ fn escape(cell: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The unique id of a frontend (`iid`): 1, 2 … in configuration order; backends follow.
-fn frontend_id(index: usize) -> usize {
+pub(crate) fn frontend_id(index: usize) -> usize {
     index + 1
 }
 

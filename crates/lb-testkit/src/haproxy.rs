@@ -13,6 +13,12 @@ use crate::runtime::send_line;
 /// haproxy's answers to `commands`, in order, from one haproxy run (frontend `web`, backend
 /// `api` with a checked server that is down), and then its `/metrics` text.
 pub fn haproxy_answers(commands: &[&str]) -> (Vec<String>, String) {
+    haproxy_answers_after(&[], commands)
+}
+
+/// [`haproxy_answers`], after each of `requests` was sent to frontend `web` on a connection of
+/// its own (its answer read, or the connection closed).
+pub fn haproxy_answers_after(requests: &[&[u8]], commands: &[&str]) -> (Vec<String>, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("haproxy.sock");
     let cfg = dir.path().join("haproxy.cfg");
@@ -37,6 +43,13 @@ pub fn haproxy_answers(commands: &[&str]) -> (Vec<String>, String) {
         .spawn()
         .expect("run haproxy (Debian's haproxy package)");
     wait_for_socket(&socket);
+    for request in requests {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+            let _ = stream.write_all(request);
+            let _ = stream.read(&mut [0; 1024]);
+        }
+    }
     let answers = commands.iter().map(|c| send_line(&socket, c).unwrap_or_default()).collect();
     let metrics = get_metrics(metrics_port);
     let _ = haproxy.kill();

@@ -203,7 +203,13 @@ impl Activity {
     /// head shows a framing conflict hyper papered over, why to refuse it.
     /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
     /// it; without it there is no conflict to look for and the raw head is not parsed again).
-    pub(crate) fn request_started(&self, has_transfer_encoding: bool) -> (Instant, Option<&'static str>) {
+    /// `refused`: the request is refused already; with a conflict, its raw head is handed back
+    /// too (for `show errors`).
+    pub(crate) fn request_started(
+        &self,
+        has_transfer_encoding: bool,
+        refused: bool,
+    ) -> (Instant, Option<&'static str>, Option<Vec<u8>>) {
         // A pipelined request can start before the last response's log was written.
         self.flush_log(false);
         let mut s = self.lock();
@@ -215,13 +221,19 @@ impl Activity {
         }
         s.response_base = s.written;
         let conflict = if has_transfer_encoding { framing_conflict(&s.head) } else { None };
+        let refused_head = (refused || conflict.is_some()).then(|| std::mem::take(&mut s.head));
         s.head.clear();
         if s.head.capacity() > 2 * MIN_HEAD_CAPACITY {
             s.head.shrink_to(MIN_HEAD_CAPACITY);
         }
         // Busy: no deadline, nothing for the watchdog to do sooner.
         let at = s.first_byte.take().unwrap_or_else(Instant::now);
-        (at, conflict)
+        (at, conflict, refused_head)
+    }
+
+    /// The raw head of a request that hyper could not parse (for `show errors`).
+    pub(crate) fn take_head(&self) -> Vec<u8> {
+        std::mem::take(&mut self.lock().head)
     }
 
     /// Write `log` with the bytes sent for the current response once hyper has flushed it.

@@ -174,6 +174,42 @@ async fn a_server_deregistering_under_load_costs_no_request_and_no_new_worker() 
     assert_eq!(answered_within(&proxy, Duration::from_secs(1), |s| s == "web1").await.as_deref(), Some("web1"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_moves_is_followed_with_set_server_addr_and_no_new_worker() {
+    let zk = ZkServer::start();
+    let old = TestServer::start("old-address");
+    let new = TestServer::start("new-address");
+    let proxy = ProxyProcess::start_with(1, proxy_yaml);
+    let worker = proxy.current_worker().await.expect("a worker");
+    let reloads = proxy.show_proc().await.master.reloads;
+    let registrar = ZkClient::connect(&zk.connect_string()).await;
+    registrar.mkdir(DIR).await;
+    registrar.register_port(DIR, "web1", old.addr()).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let hysteresis = "{ collect: 0s, collect_jitter: 0s, hold: 0s, min_apply_interval: 0s }";
+    let watcher = watcher_for(dir.path(), &proxy, &zk, hysteresis).await;
+    let first = answered_within(&proxy, Duration::from_secs(15), |s| s == "old-address").await;
+    assert_eq!(first.as_deref(), Some("old-address"), "watcher:\n{}", watcher.stderr().join("\n"));
+
+    // web1 comes back on another port: the same server, moved in place.
+    registrar.move_port(DIR, "web1", new.addr()).await;
+    let moved = answered_within(&proxy, Duration::from_secs(15), |s| s == "new-address").await;
+    assert_eq!(moved.as_deref(), Some("new-address"), "watcher:\n{}", watcher.stderr().join("\n"));
+    for _ in 0..5 {
+        assert_eq!(answered_by(&proxy).await.as_deref(), Some("new-address"), "every request to the new address");
+    }
+    let state = proxy.runtime_command("show servers state api").await.expect("show servers state");
+    let port = new.addr().port().to_string();
+    assert!(state.lines().any(|l| l.split(' ').nth(3) == Some("web1") && l.split(' ').any(|w| w == port)), "{state}");
+    let file = lb_config::Config::load(proxy.config_path()).expect("the file loads");
+    let servers = &file.backend("api").expect("api").servers;
+    assert_eq!(servers.iter().map(|s| (s.name.as_str(), s.address)).collect::<Vec<_>>(), [("web1", new.addr())]);
+    assert_eq!(proxy.current_worker().await, Some(worker), "the same worker serves");
+    assert_eq!(proxy.show_proc().await.master.reloads, reloads, "no reload");
+    assert_eq!(watcher.metric("lb_watcher_reloads_total").await, 0);
+    assert_eq!(watcher.status().await["last_apply"]["result"], "runtime");
+}
+
 /// `srv_admin_state` of `server` in backend `api` of the running lb-proxy (`None`: not there).
 async fn running_state(proxy: &ProxyProcess, server: &str) -> Option<u32> {
     let out =

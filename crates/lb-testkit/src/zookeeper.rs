@@ -289,6 +289,19 @@ impl ZkClient {
         self.create(&format!("{dir}/{name}"), data.as_bytes()).await;
     }
 
+    /// Rewrites registered `name`'s record in place for `addr` (a registrar whose server came
+    /// back on another address or port).
+    pub async fn move_port(&self, dir: &str, name: &str, addr: std::net::SocketAddr) {
+        let (ip, port) = (addr.ip(), addr.port());
+        let data = format!(
+            r#"{{"type":"load_balancer","address":"{ip}","load_balancer":{{"address":"{ip}","ports":[{port}]}}}}"#
+        );
+        let path = format!("{dir}/{name}");
+        if let Err(e) = self.client.set_data(&path, data.as_bytes(), None).await {
+            panic!("set_data {path}: {e}");
+        }
+    }
+
     pub async fn delete(&self, path: &str) {
         if let Err(e) = self.client.delete(path, None).await {
             panic!("delete {path}: {e}");

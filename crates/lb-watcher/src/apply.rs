@@ -65,9 +65,10 @@ impl Applier {
         parse_servers_state(&output).map_err(|message| Error::Runtime { line, message })
     }
 
-    /// Brings the running servers of the watched backends to `sets` with runtime commands.
-    /// Fails (and the caller reloads) on anything beyond membership or any refused command,
-    /// except `del server` of a draining server, which waits for its connections to end.
+    /// Brings the running servers of the watched backends to `sets` with runtime commands: adds,
+    /// drains and deletes, moves (`set server … addr`) and re-weights. Fails (and the caller
+    /// reloads) on any refused command, except `del server` of a draining server, which waits
+    /// for its connections to end.
     pub async fn membership(&self, services: &[Service], sets: &Sets) -> Result<Applied, Error> {
         let mut commands = 0;
         for service in services {
@@ -90,14 +91,23 @@ impl Applier {
                         self.runtime(&format!("set server {id} state ready")).await?;
                         commands += 2;
                     }
+                    // Moved (a registrar that came back on another port or address) or
+                    // re-weighted: changed in place, its connections made to the old address
+                    // are not reused (lb-proxy's `set server … addr`), no reload.
                     Some(r) if r.address != member.address || r.weight != member.weight => {
-                        return Err(Error::Runtime {
-                            line: format!("show servers state {backend}"),
-                            message: format!(
-                                "{id} runs as {} weight {}, the file says {} weight {}: more than membership",
-                                r.address, r.weight, member.address, member.weight
-                            ),
-                        });
+                        if r.address != member.address {
+                            let (ip, port) = (member.address.ip(), member.address.port());
+                            self.runtime(&format!("set server {id} addr {ip} port {port}")).await?;
+                            commands += 1;
+                        }
+                        if r.weight != member.weight {
+                            self.runtime(&format!("set weight {id} {}", member.weight)).await?;
+                            commands += 1;
+                        }
+                        if r.drain || r.maint {
+                            self.runtime(&format!("set server {id} state ready")).await?;
+                            commands += 1;
+                        }
                     }
                     Some(r) if r.drain || r.maint => {
                         self.runtime(&format!("set server {id} state ready")).await?;

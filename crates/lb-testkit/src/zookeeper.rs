@@ -282,22 +282,14 @@ impl ZkClient {
 
     /// Registers `name` under `dir` as a registrar `load_balancer` record for `addr`'s port.
     pub async fn register_port(&self, dir: &str, name: &str, addr: std::net::SocketAddr) {
-        let (ip, port) = (addr.ip(), addr.port());
-        let data = format!(
-            r#"{{"type":"load_balancer","address":"{ip}","load_balancer":{{"address":"{ip}","ports":[{port}]}}}}"#
-        );
-        self.create(&format!("{dir}/{name}"), data.as_bytes()).await;
+        self.create(&format!("{dir}/{name}"), load_balancer_record(addr).as_bytes()).await;
     }
 
     /// Rewrites registered `name`'s record in place for `addr` (a registrar whose server came
     /// back on another address or port).
     pub async fn move_port(&self, dir: &str, name: &str, addr: std::net::SocketAddr) {
-        let (ip, port) = (addr.ip(), addr.port());
-        let data = format!(
-            r#"{{"type":"load_balancer","address":"{ip}","load_balancer":{{"address":"{ip}","ports":[{port}]}}}}"#
-        );
         let path = format!("{dir}/{name}");
-        if let Err(e) = self.client.set_data(&path, data.as_bytes(), None).await {
+        if let Err(e) = self.client.set_data(&path, load_balancer_record(addr).as_bytes(), None).await {
             panic!("set_data {path}: {e}");
         }
     }
@@ -307,4 +299,10 @@ impl ZkClient {
             panic!("delete {path}: {e}");
         }
     }
+}
+
+/// A registrar `load_balancer` record for `addr`'s address and port.
+fn load_balancer_record(addr: std::net::SocketAddr) -> String {
+    let (ip, port) = (addr.ip(), addr.port());
+    format!(r#"{{"type":"load_balancer","address":"{ip}","load_balancer":{{"address":"{ip}","ports":[{port}]}}}}"#)
 }

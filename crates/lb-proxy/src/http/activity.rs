@@ -203,8 +203,8 @@ impl Activity {
     /// head shows a framing conflict hyper papered over, why to refuse it.
     /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
     /// it; without it there is no conflict to look for and the raw head is not parsed again).
-    /// `refused`: the request is refused already; with a conflict, its raw head is handed back
-    /// too (for `show errors`).
+    /// `refused`: the request is refused already. A refused request, or one with a conflict,
+    /// hands its raw head back too (for `show errors`).
     pub(crate) fn request_started(
         &self,
         has_transfer_encoding: bool,

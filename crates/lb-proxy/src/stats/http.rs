@@ -10,6 +10,7 @@
 //! only once it holds its predecessor's counters, so no scrape sees a counter go down.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,12 +20,8 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use lb_supervisor::Shutdown;
+use lb_supervisor::{MasterLink, Shutdown};
 use tokio_util::task::TaskTracker;
-
-use std::sync::Arc;
-
-use lb_supervisor::MasterLink;
 
 use crate::state::Proxy;
 

@@ -135,6 +135,43 @@ async fn bad_chunk_size_smuggles_nothing() {
     }
 }
 
+/// Chunk lines that end in a bare LF (after the size, inside an extension, after the data, on
+/// the last chunk) and a `0x` size: parsers that read them differently are how chunked bodies
+/// smuggle requests ("funky chunks"). Each is refused and the request hidden behind it is never
+/// served; a chunk extension written correctly is accepted and ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_lines_with_a_bare_lf_smuggle_nothing() {
+    let s1 = TestServer::start("s1");
+    let proxy = start(&s1);
+    let vectors: [(&str, &str); 6] = [
+        ("bare LF after the size", "2\nxx\r\n0\r\n\r\n"),
+        ("LF in an extension", "2;\nxx\r\n0\r\n\r\n"),
+        ("LF in a quoted extension", "2;a=\"b\nc\"\r\nxx\r\n0\r\n\r\n"),
+        ("bare LF after the data", "2\r\nxx\n0\r\n\r\n"),
+        ("bare LF on the last chunk", "0\n\r\n"),
+        ("a 0x size", "0x2\r\nxx\r\n0\r\n\r\n"),
+    ];
+    for (what, body) in vectors {
+        let attack = format!("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}{SMUGGLED}");
+        let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+        conn.send(attack.as_bytes()).await.expect("send");
+        let (bytes, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
+        let text = String::from_utf8_lossy(&bytes);
+        assert_ne!(ending, Ending::Open, "{what}: the connection is closed: got {text:?}");
+        assert!(text.starts_with("HTTP/1.1 400 ") || text.starts_with("HTTP/1.1 502 "), "{what}: {text:?}");
+        assert!(!text.contains(" 200 "), "{what}: {text:?}");
+        assert_eq!(s1.hits_for("/smuggled"), 0, "{what}: the smuggled request reached the server");
+    }
+
+    let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+    conn.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;a=b\r\nxx\r\n0\r\n\r\n")
+        .await
+        .expect("send");
+    let r = conn.read_response(Duration::from_secs(10)).await.expect("a response");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(r#""body":"xx""#), "the extension dropped, the data kept: {}", r.text());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_header_section_is_refused() {
     let s1 = TestServer::start("s1");

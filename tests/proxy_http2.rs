@@ -11,26 +11,11 @@ use std::time::{Duration, Instant};
 use lb_testkit::client::{self, H2Connection};
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::sclient::curl;
-use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsChain};
+use lb_testkit::{single_backend, wait_until, ProxyProcess, TestServer, TlsChain};
 
-fn proxy_for(server: &TestServer, http2: &'static str) -> ProxyProcess {
-    let addr = server.addr();
-    ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"defaults:
-  timeouts: {{ client: 10s, server: 10s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-    {http2}
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    })
+fn proxy_for(server: &TestServer, frontend: &str) -> ProxyProcess {
+    let head = "defaults:\n  timeouts: { client: 10s, server: 10s }\n";
+    ProxyProcess::start_with(1, single_backend(head, frontend, ("s1", server.addr())))
 }
 
 /// `-w` output of curl: the HTTP version and status.

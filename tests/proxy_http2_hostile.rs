@@ -8,25 +8,11 @@
 use lb_testkit::h2::attack;
 use lb_testkit::procfs::{cpu_seconds, status_kib};
 use lb_testkit::sclient::curl;
-use lb_testkit::{ProxyProcess, TestServer};
+use lb_testkit::{single_backend, ProxyProcess, TestServer};
 
 fn proxy_for(server: &TestServer) -> ProxyProcess {
-    let addr = server.addr();
-    ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"defaults:
-  timeouts: {{ client: 1s, server: 10s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    })
+    let head = "defaults:\n  timeouts: { client: 1s, server: 10s }\n";
+    ProxyProcess::start_with(1, single_backend(head, "", ("s1", server.addr())))
 }
 
 /// The worker's CPU seconds and resident KiB.

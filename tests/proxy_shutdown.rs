@@ -4,26 +4,12 @@
 use std::time::Duration;
 
 use lb_testkit::client::{self, Connection};
-use lb_testkit::{wait_until, ProxyProcess, Signal, TestServer};
+use lb_testkit::{single_backend, wait_until, ProxyProcess, Signal, TestServer};
 use tokio::net::TcpStream;
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let addr = server.addr();
-    move |ports: &[u16]| {
-        format!(
-            r#"defaults:
-  timeouts: {{ connect: 1s, client: 20s, server: 20s, http_keep_alive: 20s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    }
+    let head = "defaults:\n  timeouts: { connect: 1s, client: 20s, server: 20s, http_keep_alive: 20s }\n";
+    single_backend(head, "", ("s1", server.addr()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

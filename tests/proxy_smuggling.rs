@@ -6,27 +6,12 @@ use std::time::Duration;
 
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::{Ending, RawConn};
-use lb_testkit::{ProxyProcess, TestServer};
+use lb_testkit::{single_backend, ProxyProcess, TestServer};
 
 fn start(server: &TestServer) -> ProxyProcess {
-    let addr = server.addr();
-    ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"defaults:
-  max_header_size: 8k
-  timeouts: {{ connect: 1s, client: 5s, server: 5s, http_request: 5s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers:
-      - {{ name: s1, address: "{addr}" }}
-"#,
-            fe = ports[0]
-        )
-    })
+    let head =
+        "defaults:\n  max_header_size: 8k\n  timeouts: { connect: 1s, client: 5s, server: 5s, http_request: 5s }\n";
+    ProxyProcess::start_with(1, single_backend(head, "", ("s1", server.addr())))
 }
 
 /// The request smuggled behind each attack: it must never reach the server.

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use http::Method;
-use lb_testkit::{client, ProxyProcess, TestServer};
+use lb_testkit::{client, single_backend, ProxyProcess, TestServer};
 
 const GIB: u64 = 1024 * 1024 * 1024;
 /// The proxy's peak RSS (VmHWM) must stay under this whatever the body size.
@@ -13,23 +13,7 @@ const MAX_RSS_KIB: u64 = 64 * 1024;
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let addr = server.addr();
-    move |ports: &[u16]| {
-        format!(
-            r#"defaults:
-  timeouts: {{ connect: 2s, client: 30s, server: 30s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers:
-      - {{ name: s1, address: "{addr}" }}
-"#,
-            fe = ports[0]
-        )
-    }
+    single_backend("defaults:\n  timeouts: { connect: 2s, client: 30s, server: 30s }\n", "", ("s1", server.addr()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

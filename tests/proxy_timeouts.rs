@@ -6,27 +6,10 @@ use std::time::{Duration, Instant};
 
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::{Ending, RawConn};
-use lb_testkit::{client, Blackhole, ProxyProcess, TestServer};
+use lb_testkit::{client, single_backend, Blackhole, ProxyProcess, TestServer};
 
 fn config(server: SocketAddr, timeouts: &str) -> impl Fn(&[u16]) -> String {
-    let timeouts = timeouts.to_owned();
-    move |ports: &[u16]| {
-        format!(
-            r#"defaults:
-  retries: 1
-  timeouts: {timeouts}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers:
-      - {{ name: s1, address: "{server}" }}
-"#,
-            fe = ports[0]
-        )
-    }
+    single_backend(&format!("defaults:\n  retries: 1\n  timeouts: {timeouts}\n"), "", ("s1", server))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

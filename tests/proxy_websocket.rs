@@ -12,24 +12,11 @@ use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::RawConn;
 use lb_testkit::runtime::parse_stat_csv;
 use lb_testkit::websocket::{talk, WsServer};
-use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsChain};
+use lb_testkit::{single_backend, wait_until, ProxyProcess, TestServer, TlsChain};
 
-fn proxy_for(server: std::net::SocketAddr, timeouts: &'static str) -> ProxyProcess {
-    ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"defaults:
-  timeouts: {{ {timeouts} }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: ws1, address: "{server}" }} ]
-"#,
-            fe = ports[0]
-        )
-    })
+fn proxy_for(server: std::net::SocketAddr, timeouts: &str) -> ProxyProcess {
+    let head = format!("defaults:\n  timeouts: {{ {timeouts} }}\n");
+    ProxyProcess::start_with(1, single_backend(&head, "", ("ws1", server)))
 }
 
 async fn log_line(proxy: &ProxyProcess, path: &str) -> HttpLogLine {

@@ -5,28 +5,13 @@
 use std::time::{Duration, Instant};
 
 use lb_testkit::load::{Load, LoadSpec};
-use lb_testkit::{client, procfs, wait_until, ProxyProcess, Signal, TestServer};
+use lb_testkit::{client, procfs, single_backend, wait_until, ProxyProcess, Signal, TestServer};
 use tokio::net::TcpStream;
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let addr = server.addr();
-    move |ports: &[u16]| {
-        format!(
-            r#"global:
-  worker_threads: 1
-defaults:
-  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    }
+    let head = "global:\n  worker_threads: 1\n\
+                defaults:\n  timeouts: { connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }\n";
+    single_backend(head, "", ("s1", server.addr()))
 }
 
 /// Signals a worker of a master this test started, by PID.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lb_testkit::lbctl::{show_proc_direct, Role};
 use lb_testkit::load::{Load, LoadSpec};
-use lb_testkit::{procfs, wait_until, ProxyProcess, Signal, TestServer};
+use lb_testkit::{procfs, single_backend, wait_until, ProxyProcess, Signal, TestServer};
 
 const RELOADS: u64 = 200;
 const RELOAD_EVERY: Duration = Duration::from_millis(100);
@@ -18,26 +18,11 @@ const RELOAD_EVERY: Duration = Duration::from_millis(100);
 const MAX_OLD_WORKERS: usize = 30;
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let addr = server.addr();
-    move |ports: &[u16]| {
-        format!(
-            r#"global:
-  max_old_workers: {MAX_OLD_WORKERS}
-  close_spread: 1s
-  worker_threads: 1
-defaults:
-  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    }
+    let head = format!(
+        "global:\n  max_old_workers: {MAX_OLD_WORKERS}\n  close_spread: 1s\n  worker_threads: 1\n\
+         defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n"
+    );
+    single_backend(&head, "", ("s1", server.addr()))
 }
 
 /// What the `show proc` sampler saw.

@@ -6,27 +6,12 @@
 use std::time::Duration;
 
 use lb_testkit::notify::{monotonic_usec, Notification, NotifySocket};
-use lb_testkit::{procfs, ProxyProcess, Signal, TestServer};
+use lb_testkit::{procfs, single_backend, ProxyProcess, Signal, TestServer};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let addr = server.addr();
-    move |ports: &[u16]| {
-        format!(
-            r#"global:
-  worker_threads: 1
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    }
+    single_backend("global:\n  worker_threads: 1\n", "", ("s1", server.addr()))
 }
 
 fn texts(seen: &[Notification]) -> Vec<&str> {

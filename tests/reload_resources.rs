@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lb_testkit::lbctl::{lbctl, Reloaded};
-use lb_testkit::{procfs, wait_until, ProxyProcess, TestServer};
+use lb_testkit::{procfs, single_backend, wait_until, ProxyProcess, TestServer};
 
 const FIRST: u64 = 100;
 const TOTAL: u64 = 1000;
@@ -12,22 +12,7 @@ const TOTAL: u64 = 1000;
 const RSS_MARGIN_KIB: u64 = 2048;
 
 fn config(server: &TestServer) -> impl Fn(&[u16]) -> String {
-    let addr = server.addr();
-    move |ports: &[u16]| {
-        format!(
-            r#"global:
-  worker_threads: 1
-frontends:
-  - name: fe
-    bind: ["127.0.0.1:{fe}"]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            fe = ports[0]
-        )
-    }
+    single_backend("global:\n  worker_threads: 1\n", "", ("s1", server.addr()))
 }
 
 /// The master's fds (what they point to) and RSS once only the current worker is left.

@@ -77,7 +77,7 @@ pub(crate) const DEBIAN_PYTHON: &str = "/usr/bin/python3";
 
 /// Signals for [`ProxyProcess::kill_with`].
 pub use nix::sys::signal::Signal;
-pub use proxy::{run_lb_proxy, ProxyProcess, StartError, StartOptions};
+pub use proxy::{run_lb_proxy, single_backend, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
 pub use tls::{run_lb_tls, TlsChain, TlsProcess};

@@ -490,3 +490,19 @@ pub(crate) fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &s
         })
         .expect("spawning a log reader thread")
 }
+
+/// The configuration most end-to-end tests start from: `head` (sections such as `global:` and
+/// `defaults:`, written first), frontend `fe` on the first port picked with `frontend` added to it
+/// (YAML lines, may be empty), and backend `be` with one server, `(name, address)`.
+pub fn single_backend(head: &str, frontend: &str, server: (&str, SocketAddr)) -> impl Fn(&[u16]) -> String {
+    let head = head.to_owned();
+    let frontend: String = frontend.lines().map(|line| format!("    {line}\n")).collect();
+    let (name, address) = (server.0.to_owned(), server.1);
+    move |ports: &[u16]| {
+        format!(
+            "{head}frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{fe}\"]\n    default_backend: be\n{frontend}\
+             backends:\n  - name: be\n    servers: [ {{ name: {name}, address: \"{address}\" }} ]\n",
+            fe = ports[0]
+        )
+    }
+}

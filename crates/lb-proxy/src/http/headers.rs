@@ -159,7 +159,8 @@ pub(crate) fn forwarded_for(client_ip: Option<std::net::IpAddr>) -> Option<Heade
         }
         ip => ip.to_string(),
     };
-    HeaderValue::from_str(&text).ok()
+    // The String's buffer becomes the value's: no second copy.
+    HeaderValue::try_from(text).ok()
 }
 
 /// Add `X-Forwarded-For` (appended, as HAProxy's `option forwardfor` does; the value from

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::{self, Ending, RawConn};
-use lb_testkit::{ProxyProcess, TestServer};
+use lb_testkit::{single_backend, ProxyProcess, TestServer};
 
 /// Frontend `fe` with two binds: ports[0] requires a PROXY header, ports[1] does not.
 fn start(server: &TestServer) -> ProxyProcess {
@@ -204,21 +204,7 @@ async fn data_after_the_header_is_not_lost() {
 async fn frontend_level_accept_proxy_applies_to_every_bind() {
     let s1 = TestServer::start("s1");
     let addr = s1.addr();
-    let proxy = ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"frontends:
-  - name: fe
-    bind: ["127.0.0.1:{p}"]
-    accept_proxy: true
-    tls: true
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            p = ports[0]
-        )
-    });
+    let proxy = ProxyProcess::start_with(1, single_backend("", "accept_proxy: true\ntls: true", ("s1", addr)));
     let echo = through(&proxy, &raw::proxy_v1(sa("192.0.2.55:1111"), proxy.addr())).await;
     assert_eq!(echo_header(&echo, "x-forwarded-for"), ["192.0.2.55"]);
     assert_eq!(echo_header(&echo, "x-forwarded-proto"), ["https"], "tls: true frontend");

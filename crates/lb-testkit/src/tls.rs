@@ -202,7 +202,7 @@ pub fn run_lb_tls(args: &[&str], dir: &Path, within: Duration) -> std::process::
 }
 
 /// lb-tls in front of lb-proxy in front of one server, as deployed: lb-tls writes PROXY v2 to
-/// an `accept_proxy`, `tls: true` frontend (`https_in`, backend `be`, server `s1`).
+/// an `accept_proxy`, `tls: true` frontend (`fe`, backend `be`, server `s1`).
 #[derive(Debug)]
 pub struct TlsChain {
     pub proxy: crate::ProxyProcess,
@@ -214,20 +214,10 @@ pub struct TlsChain {
 impl TlsChain {
     /// `alpn`: what lb-tls offers, e.g. `"[ h2, http/1.1 ]"`.
     pub fn start(server: SocketAddr, alpn: &str) -> TlsChain {
-        let proxy = crate::ProxyProcess::start_with(1, move |ports| {
-            format!(
-                r#"frontends:
-  - name: https_in
-    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
-    tls: true
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{server}" }} ]
-"#,
-                p = ports[0]
-            )
-        });
+        let proxy = crate::ProxyProcess::start_with(
+            1,
+            crate::single_backend("", "accept_proxy: true\ntls: true", ("s1", server)),
+        );
         let certs = crate::certs::TestCerts::new();
         let cert = certs.server("api", &["api.example.test"]).display().to_string();
         let hop = proxy.addr();

@@ -1,10 +1,12 @@
 //! The master does not leak across reloads: after 1,000 reloads (back to back through lbctl,
-//! no load) it has as many file descriptors as after 100, and about the same memory.
+//! no load) it has as many file descriptors as after 100, and about the same memory. And it does
+//! not hang on its own log: a stderr nobody reads does not stop reloads.
 
 use std::time::{Duration, Instant};
 
+use lb_testkit::client::get;
 use lb_testkit::lbctl::{lbctl, Reloaded};
-use lb_testkit::{procfs, single_backend, wait_until, ProxyProcess, TestServer};
+use lb_testkit::{procfs, single_backend, wait_until, ProxyProcess, StartOptions, TestServer};
 
 const FIRST: u64 = 100;
 const TOTAL: u64 = 1000;
@@ -76,4 +78,30 @@ async fn a_thousand_reloads_leave_the_master_flat() {
         rss_last <= rss_first + RSS_MARGIN_KIB,
         "the master's RSS grew from {rss_first} KiB to {rss_last} KiB between reload {FIRST} and {TOTAL}"
     );
+}
+
+/// A log collector that stops reading (a full pipe, a stuck journald) must not stop the master:
+/// it keeps reloading and reaping workers, keeps its log lines queued, and once stderr drains
+/// again they all come out, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_whose_stderr_nobody_reads_still_reloads() {
+    const RELOADS: u64 = 60;
+    let server = TestServer::start("s1");
+    // One page: a few dozen lines fill it (before the fix, the master hung within 10 reloads).
+    let options = StartOptions::default().stderr_pipe_bytes(4096);
+    let proxy = ProxyProcess::start_with_options(1, &options, config(&server));
+    proxy.pause_stderr();
+    for i in 1..=RELOADS {
+        let out = tokio::time::timeout(Duration::from_secs(10), proxy.lbctl(&["reload"]))
+            .await
+            .unwrap_or_else(|_| panic!("reload {i} got no answer within 10 s: the master is stuck"));
+        assert_eq!(Reloaded::parse(&out.stdout).map(|r| r.generation), Some(i + 1), "reload {i}: {out}");
+    }
+    let response = get(proxy.addr(), "/").await.expect("a request after the reloads");
+    assert_eq!(response.status, 200);
+    proxy.resume_stderr();
+    let last = format!("generation={}", RELOADS + 1);
+    proxy.wait_for_stderr(|l| l.contains("worker ready") && l.contains(&last)).await;
+    let ready = proxy.stderr().iter().filter(|l| l.contains("worker ready")).count() as u64;
+    assert_eq!(ready, RELOADS + 1, "every worker's `ready` line, in order, once stderr drained");
 }

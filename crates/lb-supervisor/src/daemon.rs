@@ -97,8 +97,8 @@ impl std::fmt::Debug for Serving {
 }
 
 /// Write one line to stderr, ignoring failure: a process whose stderr is gone (a closed pipe)
-/// keeps serving. eprintln! would panic there.
+/// keeps serving (eprintln! would panic there), and a master whose stderr is slow does not wait
+/// for it (see `lines`).
 pub(crate) fn say(line: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    crate::lines::write_stderr(format!("{line}\n").as_bytes());
 }

@@ -93,8 +93,11 @@ pub fn main<D: Daemon>() -> ExitCode {
             crate::worker::run::<D>(&config)
         }
         Mode::Master { config, detach } => {
+            crate::lines::use_for_stderr(D::NAME);
             init_tracing();
-            crate::master::run::<D>(config, detach)
+            let code = crate::master::run::<D>(config, detach);
+            crate::lines::finish_stderr();
+            code
         }
     }
 }
@@ -108,7 +111,8 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr)
+        // Inline in a worker (the master reads it at once), queued in the master.
+        .with_writer(|| crate::lines::StderrLines)
         // A log that cannot be written (the master that read a worker's stderr is gone) must
         // not take the process down: tracing would report it with eprintln!, which panics.
         .log_internal_errors(false)

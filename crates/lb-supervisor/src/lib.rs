@@ -14,7 +14,7 @@
 //!
 //! Main types: [`Daemon`], [`Plan`], [`Serving`], [`Runtime`], [`RuntimeEndpoints`],
 //! [`MasterLink`], [`ListenAddr`], [`Listener`] / [`Listeners`], [`Shutdown`] /
-//! [`ShutdownHandle`], [`Request`] / [`Response`], [`Error`].
+//! [`ShutdownHandle`], [`Request`] / [`Response`], [`LineWriter`], [`Error`].
 //!
 //! # Layout
 //! - `entry`: [`main`], the command line shared by every daemon: check, master or worker.
@@ -31,6 +31,8 @@
 //!   `show stat`, for every daemon's runtime commands.
 //! - `secret`: secrets the master makes, renews and hands to its workers ([`SecretSpec`],
 //!   [`Secret`]), e.g. lb-tls's ticket keys.
+//! - `lines`: [`LineWriter`], lines written without blocking their callers (lb-proxy's access
+//!   log, the master's stderr).
 //! - `notify`: systemd's `sd_notify`.
 //! - `addr`, `listen`, `accept`: listening addresses and sockets; accepting on them in a worker.
 //! - `privileges`: dropping to the configured user, resource limits.
@@ -45,6 +47,7 @@ mod daemon;
 mod entry;
 mod error;
 mod fdpass;
+mod lines;
 mod listen;
 mod master;
 mod notify;
@@ -61,6 +64,7 @@ pub use addr::{ListenAddr, UnixAccess};
 pub use daemon::{Daemon, Plan, Serving};
 pub use entry::main;
 pub use error::Error;
+pub use lines::{LineWriter, Sent, Trouble};
 pub use listen::{bind_all, bind_one, Listener, Listeners};
 pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};
 pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};

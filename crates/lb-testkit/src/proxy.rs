@@ -4,8 +4,10 @@ use std::ffi::OsString;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,6 +45,8 @@ pub struct ProxyProcess {
     runtime_socket: PathBuf,
     stdout: Lines,
     stderr: Lines,
+    /// Set: the stderr reader stops reading (a log collector that is stuck).
+    stderr_paused: Arc<AtomicBool>,
     readers: Vec<JoinHandle<()>>,
 }
 
@@ -54,12 +58,21 @@ pub struct StartOptions {
     pub binary: Option<PathBuf>,
     /// Environment variables added to the master's (e.g. `NOTIFY_SOCKET`).
     pub env: Vec<(OsString, OsString)>,
+    /// The capacity in bytes of the pipe the master's stderr goes to (Linux's `F_SETPIPE_SZ`,
+    /// rounded up to a page), to fill it in a few lines.
+    pub stderr_pipe_bytes: Option<i32>,
 }
 
 impl StartOptions {
     /// Options that add `name=value` to the master's environment.
     pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> StartOptions {
         self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Options that give the master's stderr a pipe of `bytes`.
+    pub fn stderr_pipe_bytes(mut self, bytes: i32) -> StartOptions {
+        self.stderr_pipe_bytes = Some(bytes);
         self
     }
 
@@ -193,8 +206,13 @@ impl ProxyProcess {
         if let Some(out) = child.stdout.take() {
             readers.push(read_lines(out, stdout.clone(), "lb-proxy-stdout"));
         }
+        let stderr_paused = Arc::new(AtomicBool::new(false));
         if let Some(err) = child.stderr.take() {
-            readers.push(read_lines(err, stderr.clone(), "lb-proxy-stderr"));
+            if let Some(bytes) = options.stderr_pipe_bytes {
+                nix::fcntl::fcntl(err.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(bytes))
+                    .map_err(|e| StartError::Config(format!("resizing the stderr pipe: {e}")))?;
+            }
+            readers.push(read_lines_unless_paused(err, stderr.clone(), "lb-proxy-stderr", Some(stderr_paused.clone())));
         }
         let mut proxy = ProxyProcess {
             child: DaemonChild::new(child),
@@ -205,6 +223,7 @@ impl ProxyProcess {
             runtime_socket,
             stdout,
             stderr,
+            stderr_paused,
             readers,
         };
 
@@ -420,6 +439,17 @@ impl ProxyProcess {
     pub fn stop(&mut self) -> Option<ExitStatus> {
         self.child.stop()
     }
+
+    /// Stops reading the master's stderr, as a stuck log collector would: once its pipe is full,
+    /// the master's writes to stderr cannot complete.
+    pub fn pause_stderr(&self) {
+        self.stderr_paused.store(true, Ordering::Relaxed);
+    }
+
+    /// Reads the master's stderr again.
+    pub fn resume_stderr(&self) {
+        self.stderr_paused.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Runs `lb-proxy ARGS` in `dir` to completion (for `-c`, or a start expected to fail) and
@@ -430,6 +460,7 @@ pub fn run_lb_proxy(args: &[&str], dir: &Path, within: Duration) -> std::process
 
 impl Drop for ProxyProcess {
     fn drop(&mut self) {
+        self.resume_stderr();
         self.stop();
         if std::thread::panicking() {
             eprintln!("---- lb-proxy (pid {}) config {}:", self.pid(), self.config_path.display());
@@ -470,12 +501,25 @@ pub(crate) async fn first_line_within(lines: &Lines, within: Duration, pred: imp
 }
 
 pub(crate) fn read_lines(from: impl Read + Send + 'static, into: Lines, name: &str) -> JoinHandle<()> {
+    read_lines_unless_paused(from, into, name, None)
+}
+
+/// [`read_lines`], reading nothing while `paused` is set.
+fn read_lines_unless_paused(
+    from: impl Read + Send + 'static,
+    into: Lines,
+    name: &str,
+    paused: Option<Arc<AtomicBool>>,
+) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
             let mut reader = BufReader::new(from);
             let mut buf = Vec::new();
             loop {
+                while paused.as_ref().is_some_and(|p| p.load(Ordering::Relaxed)) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 buf.clear();
                 match reader.read_until(b'\n', &mut buf) {
                     Ok(0) | Err(_) => return,

@@ -1,8 +1,8 @@
 //! Where rendered lines go, without ever blocking the request path.
 //!
-//! - stdout: lines are appended to a shared batch that one writer thread takes whole, writes and
-//!   flushes (a slow reader of stdout fills the batch up to its limit; further lines are dropped,
-//!   not waited for);
+//! - stdout: through lb-supervisor's [`LineWriter`], a batch that one thread takes whole, writes
+//!   and flushes (a slow reader of stdout fills the batch up to its limit; further lines are
+//!   dropped, not waited for);
 //! - syslog over a Unix datagram socket (`/dev/log`): non-blocking sends; a socket that was absent
 //!   at start or was recreated (the syslog daemon restarted) is reconnected lazily, at most once a
 //!   second;
@@ -15,34 +15,33 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
+
+use lb_supervisor::{LineWriter, Trouble};
 
 /// How often, at most, dropped lines are reported.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// How often, at most, a missing syslog Unix socket is reconnected.
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
-/// After writing a batch, the stdout thread lets lines gather this long before it looks again.
-/// While it sleeps, senders only append: no futex wake-up and no context switch per line (under
-/// load a wake-up per line cost as much CPU as rendering it), and a busy proxy writes ~100
-/// batches a second instead of a write per line. A line waits at most this long.
-const BATCH_GATHER: Duration = Duration::from_millis(10);
-/// How long dropping the last logger waits for the stdout thread to write what is queued.
-const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub(super) enum Sink {
     None,
-    Stdout(StdoutSink),
+    Stdout(LineWriter),
     Unix(UnixSyslog),
     Udp(UdpSyslog),
 }
 
 impl Sink {
     pub(super) fn stdout<W: Write + Send + 'static>(out: W, queue: usize) -> io::Result<Sink> {
-        StdoutSink::spawn(out, queue).map(Sink::Stdout)
+        LineWriter::spawn("access-log", out, queue, |trouble| match trouble {
+            Trouble::Dropped { lines, total } => {
+                tracing::warn!(dropped = lines, total, "access log: {lines} lines dropped (stdout is not keeping up)")
+            }
+            Trouble::Failing(e) => tracing::warn!("access log: writing to stdout failed: {e}"),
+        })
+        .map(Sink::Stdout)
     }
 
     pub(super) fn unix(path: &Path) -> Sink {
@@ -57,7 +56,9 @@ impl Sink {
     pub(super) fn send(&self, line: &str) {
         match self {
             Sink::None => {}
-            Sink::Stdout(s) => s.send(line),
+            Sink::Stdout(s) => {
+                s.send(line.as_bytes());
+            }
             Sink::Unix(s) => s.send(line.as_bytes()),
             Sink::Udp(s) => s.send(line.as_bytes()),
         }
@@ -66,7 +67,7 @@ impl Sink {
     pub(super) fn dropped(&self) -> u64 {
         match self {
             Sink::None => 0,
-            Sink::Stdout(s) => s.drops.total(),
+            Sink::Stdout(s) => s.dropped(),
             Sink::Unix(s) => s.drops.total(),
             Sink::Udp(s) => s.drops.total(),
         }
@@ -119,135 +120,6 @@ impl Drops {
 
     pub(super) fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
-    }
-}
-
-/// The stdout batch and its writer thread.
-#[derive(Debug)]
-pub(super) struct StdoutSink {
-    shared: Arc<Shared>,
-    /// Signalled by the writer thread once everything appended is written. (A `Mutex` only
-    /// because `Receiver` is not `Sync`; it is locked once, when dropping.)
-    done: Mutex<Receiver<()>>,
-    writer: Option<JoinHandle<()>>,
-    drops: Arc<Drops>,
-}
-
-/// What the request path and the writer thread share.
-#[derive(Debug)]
-struct Shared {
-    batch: Mutex<Batch>,
-    /// The writer waits here while there is nothing to write.
-    wake: Condvar,
-    /// Lines a batch holds at most; more are dropped until the writer takes it.
-    max_lines: usize,
-}
-
-#[derive(Debug, Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    lines: usize,
-    /// The writer is waiting on `wake`: the next line must wake it (and only then is there a
-    /// futex call on the request path: once per batch, not per line).
-    writer_waiting: bool,
-    /// The last logger is gone: write what is left and stop.
-    closed: bool,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Batch> {
-        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl StdoutSink {
-    fn spawn<W: Write + Send + 'static>(out: W, max_lines: usize) -> io::Result<StdoutSink> {
-        let shared =
-            Arc::new(Shared { batch: Mutex::new(Batch::default()), wake: Condvar::new(), max_lines: max_lines.max(1) });
-        let (done_tx, done) = mpsc::sync_channel::<()>(1);
-        let drops = Arc::new(Drops::new("stdout is not keeping up"));
-        let (writer_shared, writer_drops) = (shared.clone(), drops.clone());
-        let writer = std::thread::Builder::new().name("access-log".to_owned()).spawn(move || {
-            write_batches(out, &writer_shared, &writer_drops);
-            let _ = done_tx.send(());
-        })?;
-        Ok(StdoutSink { shared, done: Mutex::new(done), writer: Some(writer), drops })
-    }
-
-    fn send(&self, line: &str) {
-        let mut batch = self.shared.lock();
-        if batch.lines >= self.shared.max_lines || batch.closed {
-            drop(batch);
-            self.drops.note(1);
-            return;
-        }
-        batch.bytes.extend_from_slice(line.as_bytes());
-        batch.lines += 1;
-        if batch.writer_waiting {
-            batch.writer_waiting = false;
-            drop(batch);
-            self.shared.wake.notify_one();
-        }
-    }
-}
-
-impl Drop for StdoutSink {
-    /// The last logger is going away: let the writer finish the batch (for a short while: a
-    /// stdout that never drains must not hold up the exit).
-    fn drop(&mut self) {
-        self.shared.lock().closed = true;
-        self.shared.wake.notify_one();
-        let done = self.done.get_mut().unwrap_or_else(PoisonError::into_inner);
-        if done.recv_timeout(FINAL_FLUSH_WAIT).is_ok() {
-            if let Some(writer) = self.writer.take() {
-                let _ = writer.join();
-            }
-        }
-    }
-}
-
-/// The writer thread: waits for a first line, takes the whole batch (leaving an empty buffer in
-/// its place, so that no line is copied twice and no buffer allocated per batch), writes it in
-/// one go and flushes; then, unless the batch was half full, gives the next one [`BATCH_GATHER`]
-/// to fill before looking again.
-/// Returns once the sink is closed and everything appended is written.
-fn write_batches<W: Write>(mut out: W, shared: &Shared, drops: &Drops) {
-    let mut spare = Vec::with_capacity(64 * 1024);
-    let mut failing = false;
-    loop {
-        let mut batch = shared.lock();
-        while batch.lines == 0 && !batch.closed {
-            batch.writer_waiting = true;
-            batch = match shared.wake.wait_timeout(batch, REPORT_EVERY) {
-                Ok((batch, _)) => batch,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-            batch.writer_waiting = false;
-            drops.report_if_due();
-        }
-        if batch.lines == 0 {
-            return; // closed, and all written
-        }
-        let lines = std::mem::take(&mut batch.lines);
-        std::mem::swap(&mut batch.bytes, &mut spare);
-        drop(batch);
-        match out.write_all(&spare).and_then(|()| out.flush()) {
-            Ok(()) => failing = false,
-            Err(e) => {
-                if !failing {
-                    tracing::warn!("access log: writing to stdout failed: {e}");
-                    failing = true;
-                }
-                drops.note(lines as u64);
-            }
-        }
-        spare.clear();
-        drops.report_if_due();
-        // A batch half full or more: lines come faster than one gathering time allows; look
-        // again at once rather than let the next batch overflow.
-        if lines < shared.max_lines / 2 {
-            std::thread::sleep(BATCH_GATHER);
-        }
     }
 }
 

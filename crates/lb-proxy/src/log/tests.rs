@@ -357,50 +357,6 @@ fn stdout_never_blocks_and_counts_drops() {
     assert_eq!(paths, ["GET /0 HTTP/1.1", "GET /1 HTTP/1.1", "GET /2 HTTP/1.1", "GET /3 HTTP/1.1", "GET /4 HTTP/1.1"]);
 }
 
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Shared {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-#[test]
-fn stdout_lines_in_order_from_clones() {
-    let out = Shared::default();
-    let logger = stdout_logger(out.clone(), 100_000);
-    let f = facts(Some("192.0.2.1:1"));
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let logger = logger.clone();
-            let f = f.clone();
-            std::thread::spawn(move || {
-                for i in 0..1000 {
-                    logger.http(&http(&f, &format!("GET /{t}/{i} HTTP/1.1")), SystemTime::now());
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("thread");
-    }
-    drop(logger);
-    let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("UTF-8");
-    assert_eq!(text.lines().count(), 4000);
-    for t in 0..4 {
-        let mine: Vec<usize> = text
-            .lines()
-            .filter_map(|l| l.strip_suffix(" HTTP/1.1\"")?.rsplit_once(&format!("/{t}/"))?.1.parse().ok())
-            .collect();
-        assert_eq!(mine, (0..1000).collect::<Vec<_>>());
-    }
-}
-
 #[test]
 fn every_header_style_as_haproxy_names_them() {
     let f = facts(Some("10.0.1.2:33317"));

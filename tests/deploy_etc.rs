@@ -110,7 +110,7 @@ fn the_example_files_pass_their_checks_together() {
     // Distinct control sockets, in the directory the units and manifests provide.
     let tls_socket = value_of(&tls_text, "control_socket").expect("lb-tls control socket");
     assert_eq!(tls_socket, "/var/run/lb/lb-tls.sock");
-    assert_eq!(proxy_config.global.control_socket, dir.join("run/lb-proxy.sock"));
+    assert_eq!(proxy_config.global.supervision.control_socket, dir.join("run/lb-proxy.sock"));
     // Both watched backends exist, on the API's ports 81 (TLS traffic) and 80.
     for (backend, port) in [("secure_api", "81"), ("insecure_api", "80")] {
         assert!(proxy_config.backend(backend).is_some());

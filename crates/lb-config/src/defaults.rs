@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lb_supervisor::{RuntimeEndpoints, Supervision};
+
 use crate::model::{CheckKind, Facility, Global, HealthCheck, Http2, Log, LogFormat, LogHeader, LogTarget, Timeouts};
+use crate::supervision::SocketDefaults;
 
 pub(crate) const MAX_CONNECTIONS: usize = 4096;
 pub(crate) const CONTROL_SOCKET: &str = lb_supervisor::control::DEFAULT_SOCKET;
@@ -13,9 +16,6 @@ pub(crate) const STATS_REFRESH: Duration = Duration::from_secs(5);
 pub(crate) const LOG_TAG: &str = "haproxy";
 /// `show info`'s `Name:`.
 pub(crate) const RUNTIME_NAME: &str = "lb-proxy";
-/// As the Manta deployment ran HAProxy.
-pub(crate) const MAX_OLD_WORKERS: usize = 10;
-pub(crate) const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const CLOSE_SPREAD: Duration = Duration::from_secs(5);
 pub(crate) const RETRIES: u32 = 3;
 pub(crate) const MAX_HEADER_SIZE: usize = 16 * 1024;
@@ -72,22 +72,27 @@ impl Default for Global {
     fn default() -> Self {
         Global {
             max_connections: MAX_CONNECTIONS,
-            worker_threads: None,
-            user: None,
-            group: None,
+            supervision: Supervision {
+                control_socket: PathBuf::from(CONTROL_SOCKET),
+                runtime: RuntimeEndpoints { socket: Some(PathBuf::from(RUNTIME_SOCKET)), tcp: None },
+                user: None,
+                group: None,
+                worker_threads: None,
+                max_old_workers: Supervision::DEFAULT_MAX_OLD_WORKERS,
+                hard_stop_after: None,
+                worker_start_timeout: Supervision::DEFAULT_WORKER_START_TIMEOUT,
+            },
             log: Log::default(),
-            control_socket: PathBuf::from(CONTROL_SOCKET),
-            runtime_socket: PathBuf::from(RUNTIME_SOCKET),
-            runtime_address: None,
             stats: None,
-            max_old_workers: MAX_OLD_WORKERS,
-            worker_start_timeout: WORKER_START_TIMEOUT,
-            hard_stop_after: None,
             close_spread: CLOSE_SPREAD,
             runtime_name: RUNTIME_NAME.to_owned(),
         }
     }
 }
+
+/// lb-proxy's sockets when `global` names none.
+pub(crate) const SOCKETS: SocketDefaults =
+    SocketDefaults { control_socket: Some(CONTROL_SOCKET), runtime_socket: Some(RUNTIME_SOCKET) };
 
 /// A TCP connect check every 2s, up after 2 successes, down after 3 failures.
 impl Default for HealthCheck {

@@ -21,6 +21,10 @@
 //! - `raw`: serde structs mirroring the YAML, shared by parsing and rendering.
 //! - `validate`: raw → typed, collecting every problem; one module per section plus `links`
 //!   for the checks across sections (names, binds, backend references, modes).
+//! - `check`: [`Checker`], the checks of single values and the diagnostics they record, used by
+//!   `validate` and by lb-tls's schema.
+//! - `supervision`: the `global` keys lb-supervisor reads, checked once for lb-proxy's and
+//!   lb-tls's schemas ([`supervision`], into lb-supervisor's [`Supervision`]).
 //! - `locate`: where each value sits in the text, so that validation can say line and column.
 //! - `units`, `address`, `names`: durations and sizes, addresses, enumerated keywords.
 //! - `error_pages`: the built-in error responses and HAProxy-style errorfiles.
@@ -31,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 mod address;
+mod check;
 mod defaults;
 mod error;
 mod error_pages;
@@ -40,9 +45,11 @@ mod model;
 mod names;
 mod raw;
 mod render;
+mod supervision;
 mod units;
 mod validate;
 
+pub use check::Checker;
 pub use error::{Diagnostic, DiagnosticLines, Error};
 /// Locating values in YAML text and turning serde's errors into diagnostics, shared with the
 /// other daemons' configurations (lb-tls, lb-watcher) so that every file reports
@@ -52,8 +59,9 @@ pub use locate::{child, item, DuplicateKey, Locations, Pos};
 pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
     HealthCheck, Http2, HttpReuse, ListenAddr, Log, LogFormat, LogHeader, LogTarget, Mode, Rule, Server, Stats,
-    Timeouts,
+    Supervision, Timeouts,
 };
+pub use supervision::{loopback, supervision, RawSupervision, SocketDefaults};
 pub use units::{format_duration, parse_duration};
 
 #[cfg(test)]

@@ -23,26 +23,12 @@ pub struct Config {
 pub struct Global {
     /// Connections accepted at once over all frontends; at the limit we stop accepting.
     pub max_connections: usize,
-    /// Tokio worker threads; `None` means one per core.
-    pub worker_threads: Option<usize>,
-    /// User and group to run as once the listening sockets are bound.
-    pub user: Option<String>,
-    pub group: Option<String>,
+    /// What lb-supervisor reads: control and runtime sockets (the runtime socket always set,
+    /// mode 0600; the TCP address loopback only), user and group, worker threads, reload limits.
+    pub supervision: Supervision,
     pub log: Log,
-    /// The master's control socket (reload, show proc): used by lb-supervisor and lbctl.
-    pub control_socket: PathBuf,
-    /// The runtime socket (show stat, set server …), served by the master, mode 0600.
-    pub runtime_socket: PathBuf,
-    /// The runtime commands on a TCP address as well (loopback only); `None`: not at all.
-    pub runtime_address: Option<SocketAddr>,
     /// The stats page, `/metrics` and the CSV over HTTP; `None`: off.
     pub stats: Option<Stats>,
-    /// Reloads: old workers kept draining at most; beyond, the oldest is stopped.
-    pub max_old_workers: usize,
-    /// Reloads: a new worker not serving within this long is a failed reload.
-    pub worker_start_timeout: Duration,
-    /// Reloads: an old worker still draining after this long is stopped (`None`: never).
-    pub hard_stop_after: Option<Duration>,
     /// Reloads: a draining worker closes its idle keep-alive connections spread over this long,
     /// so that their clients do not all reconnect at once.
     pub close_spread: Duration,
@@ -153,7 +139,7 @@ pub struct Timeouts {
     pub tunnel: Duration,
 }
 
-pub use lb_supervisor::ListenAddr;
+pub use lb_supervisor::{ListenAddr, Supervision};
 
 /// One `bind` entry of a frontend.
 #[derive(Debug, Clone, PartialEq, Eq)]

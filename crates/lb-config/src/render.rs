@@ -42,21 +42,22 @@ fn duration(d: Duration) -> Option<String> {
 }
 
 fn global(g: &Global) -> RawGlobal {
+    let s = &g.supervision;
     RawGlobal {
         max_connections: Some(count(g.max_connections)),
-        worker_threads: g.worker_threads.map(count),
-        user: g.user.clone(),
-        group: g.group.clone(),
-        control_socket: Some(path(&g.control_socket)),
-        runtime_socket: Some(path(&g.runtime_socket)),
-        runtime_address: g.runtime_address.map(|a| a.to_string()),
+        worker_threads: s.worker_threads.map(count),
+        user: s.user.clone(),
+        group: s.group.clone(),
+        control_socket: Some(path(&s.control_socket)),
+        runtime_socket: s.runtime.socket.as_deref().map(path),
+        runtime_address: s.runtime.tcp.map(|a| a.to_string()),
         stats: g
             .stats
             .as_ref()
             .map(|s| RawStats { address: Some(s.address.to_string()), refresh: duration(s.refresh) }),
-        max_old_workers: Some(count(g.max_old_workers)),
-        worker_start_timeout: duration(g.worker_start_timeout),
-        hard_stop_after: g.hard_stop_after.and_then(duration),
+        max_old_workers: Some(count(s.max_old_workers)),
+        worker_start_timeout: duration(s.worker_start_timeout),
+        hard_stop_after: s.hard_stop_after.and_then(duration),
         close_spread: duration(g.close_spread),
         runtime_name: Some(g.runtime_name.clone()),
         log: Some(RawLog {

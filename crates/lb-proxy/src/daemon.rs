@@ -5,9 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lb_config::Config;
-use lb_supervisor::{
-    Daemon, ListenAddr, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, Serving, Settings, Shutdown, UnixAccess,
-};
+use lb_supervisor::{Daemon, ListenAddr, Listeners, MasterLink, Runtime, Serving, Shutdown, Supervision, UnixAccess};
 
 /// A Unix bind's mode unless the configuration says otherwise: the service's user and group
 /// (lb-tls runs as the same) may connect, nobody else.
@@ -26,38 +24,31 @@ impl Daemon for ProxyDaemon {
         Config::load(path).map_err(|e| e.to_string())
     }
 
-    fn plan(config: &Config) -> Plan {
-        let global = &config.global;
-        Plan {
-            listen: config.listen_addrs(),
-            control_socket: global.control_socket.clone(),
-            user: global.user.clone(),
-            group: global.group.clone(),
-            worker_threads: global.worker_threads,
-            unix_access: config
-                .frontends
-                .iter()
-                .flat_map(|f| &f.binds)
-                .filter_map(|b| match &b.address {
-                    ListenAddr::Unix(path) => Some(UnixAccess {
-                        path: path.clone(),
-                        mode: b.mode.unwrap_or(UNIX_SOCKET_MODE),
-                        user: b.user.clone().or_else(|| global.user.clone()),
-                        group: b.group.clone().or_else(|| global.group.clone()),
-                    }),
-                    ListenAddr::Tcp(_) => None,
-                })
-                .collect(),
-            settings: Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout),
-        }
+    fn supervision(config: &Config) -> &Supervision {
+        &config.global.supervision
+    }
+
+    fn listen(config: &Config) -> (Vec<ListenAddr>, Vec<UnixAccess>) {
+        let supervision = &config.global.supervision;
+        let unix_access = config
+            .frontends
+            .iter()
+            .flat_map(|f| &f.binds)
+            .filter_map(|b| match &b.address {
+                ListenAddr::Unix(path) => Some(UnixAccess {
+                    path: path.clone(),
+                    mode: b.mode.unwrap_or(UNIX_SOCKET_MODE),
+                    user: b.user.clone().or_else(|| supervision.user.clone()),
+                    group: b.group.clone().or_else(|| supervision.group.clone()),
+                }),
+                ListenAddr::Tcp(_) => None,
+            })
+            .collect();
+        (config.listen_addrs(), unix_access)
     }
 
     async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
         Self::start_supervised(config, listeners, shutdown, MasterLink::detached()).await.map(|(serving, _)| serving)
-    }
-
-    fn runtime_endpoints(config: &Config) -> RuntimeEndpoints {
-        RuntimeEndpoints { socket: Some(config.global.runtime_socket.clone()), tcp: config.global.runtime_address }
     }
 
     async fn start_supervised(

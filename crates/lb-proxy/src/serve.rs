@@ -151,6 +151,7 @@ pub async fn start_supervised(
         frontends,
         threads: config
             .global
+            .supervision
             .worker_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         started: std::time::Instant::now(),

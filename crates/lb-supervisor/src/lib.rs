@@ -12,7 +12,7 @@
 //! control socket protocol ([`Request`], [`Response`]) is defined here once and spoken by lbctl
 //! and lb-watcher through [`control::call`].
 //!
-//! Main types: [`Daemon`], [`Plan`], [`Serving`], [`Runtime`], [`RuntimeEndpoints`],
+//! Main types: [`Daemon`], [`Supervision`], [`Serving`], [`Runtime`], [`RuntimeEndpoints`],
 //! [`MasterLink`], [`ListenAddr`], [`Listener`] / [`Listeners`], [`Shutdown`] /
 //! [`ShutdownHandle`], [`Request`] / [`Response`], [`LineWriter`], [`Error`].
 //!
@@ -61,7 +61,7 @@ mod worker;
 
 pub use accept::{back_off_after, Accepted, AsyncListener};
 pub use addr::{ListenAddr, UnixAccess};
-pub use daemon::{Daemon, Plan, Serving};
+pub use daemon::{Daemon, Serving, Supervision};
 pub use entry::main;
 pub use error::Error;
 pub use lines::{LineWriter, Sent, Trouble};

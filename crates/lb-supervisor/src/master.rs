@@ -30,7 +30,7 @@ use self::spawn::{Spawned, WorkerEvent};
 use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
 use crate::notify::Notifier;
 use crate::protocol::{Request, Response, Role, Settings, ToMaster, ToWorker};
-use crate::runtime::{self, RuntimeEndpoints};
+use crate::runtime;
 use crate::secret::SecretRing;
 use crate::{control, fdpass, privileges, ListenAddr, Listener};
 
@@ -45,8 +45,8 @@ const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const MAX_RESPAWN_DELAY: Duration = Duration::from_secs(8);
 
 pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
-    let (plan, endpoints) = match D::load(&config) {
-        Ok(loaded) => (D::plan(&loaded), D::runtime_endpoints(&loaded)),
+    let plan = match D::load(&config) {
+        Ok(loaded) => Plan::of::<D>(&loaded),
         Err(e) => {
             say(e);
             return ExitCode::from(EXIT_USAGE);
@@ -75,7 +75,7 @@ pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
     };
     let config = std::path::absolute(&config).unwrap_or(config);
     runtime.block_on(async move {
-        match Master::start(D::NAME, D::VERSION, exe, config, plan, endpoints, detached).await {
+        match Master::start(D::NAME, D::VERSION, exe, config, plan, detached).await {
             Ok((master, events, control)) => master.run(events, control).await,
             Err(e) => {
                 tracing::error!("{e}");
@@ -170,16 +170,15 @@ impl Master {
         exe: PathBuf,
         config: PathBuf,
         plan: Plan,
-        endpoints: RuntimeEndpoints,
         detached: Option<detach::ReadyPipe>,
     ) -> Result<(Master, Events, ControlRequests), crate::Error> {
         let sockets: BTreeMap<ListenAddr, Listener> = crate::bind_all(&plan.listen)?.into_iter().collect();
         let control = control::bind(&plan.control_socket)?;
-        let runtime_unix = endpoints.socket.as_deref().map(control::bind).transpose()?;
+        let runtime_unix = plan.runtime.socket.as_deref().map(control::bind).transpose()?;
         let unix_sockets: Vec<&std::path::Path> =
-            std::iter::once(plan.control_socket.as_path()).chain(endpoints.socket.as_deref()).collect();
+            std::iter::once(plan.control_socket.as_path()).chain(plan.runtime.socket.as_deref()).collect();
         privileges::give_sockets(&unix_sockets, plan.user.as_deref(), plan.group.as_deref())?;
-        let runtime_tcp = match endpoints.tcp {
+        let runtime_tcp = match plan.runtime.tcp {
             Some(address) => Some(
                 runtime::bind_tcp(address)
                     .map_err(|source| crate::Error::Bind { address: ListenAddr::Tcp(address), source })?,
@@ -219,7 +218,7 @@ impl Master {
             exe,
             config,
             control_path: plan.control_socket,
-            runtime_path: endpoints.socket,
+            runtime_path: plan.runtime.socket,
             next_request_id: 1,
             sockets,
             current_listening: Vec::new(),

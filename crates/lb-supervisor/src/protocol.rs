@@ -209,23 +209,6 @@ pub struct Settings {
     pub secret: Option<SecretSpec>,
 }
 
-impl Settings {
-    /// From a configuration's values (each daemon's `global` section has these three).
-    pub fn new(
-        max_old_workers: usize,
-        hard_stop_after: Option<std::time::Duration>,
-        worker_start_timeout: std::time::Duration,
-    ) -> Settings {
-        let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        Settings {
-            max_old_workers,
-            hard_stop_after_ms: hard_stop_after.map(millis),
-            worker_start_timeout_ms: millis(worker_start_timeout),
-            secret: None,
-        }
-    }
-}
-
 impl Default for Settings {
     fn default() -> Self {
         Settings { max_old_workers: 10, hard_stop_after_ms: None, worker_start_timeout_ms: 10_000, secret: None }

@@ -77,7 +77,7 @@ pub trait Runtime: Send + Sync + 'static {
     }
 }
 
-/// Where the master serves the runtime socket (see [`Daemon::runtime_endpoints`](crate::Daemon::runtime_endpoints)).
+/// Where the master serves the runtime commands ([`Supervision::runtime`](crate::Supervision::runtime)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeEndpoints {
     /// A Unix socket, created with mode 0600 like the control socket.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::channel::{Channel, ChannelReceiver, ChannelSender};
-use crate::daemon::{say, Daemon, EXIT_USAGE};
+use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
 use crate::protocol::{ToMaster, ToWorker};
 use crate::runtime::{self, MasterLink};
 use crate::secret::Secret;
@@ -35,7 +35,7 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
     // Limits are set here, not inherited by chance: two fds per proxied connection.
     privileges::raise_fd_limit();
     let config = D::load(config_path);
-    let threads = config.as_ref().ok().and_then(|c| D::plan(c).worker_threads);
+    let threads = config.as_ref().ok().and_then(|c| D::supervision(c).worker_threads);
     // One thread asked for: a current-thread runtime, cheaper per request than a
     // multi-thread one with one worker (no cross-thread wake-ups).
     let mut runtime = match threads {
@@ -83,7 +83,7 @@ async fn serve<D: Daemon>(
     let (secrets_tx, secrets_rx) = tokio::sync::watch::channel(Arc::<[Secret]>::from(Vec::new()));
     let (generation, mut held) = receive_sockets(&tx, &mut rx, &secrets_tx).await?;
     let config = config?;
-    let plan = D::plan(&config);
+    let plan = Plan::of::<D>(&config);
     let mut listeners = Listeners::new();
     for address in &plan.listen {
         let fd = match held.remove(address) {

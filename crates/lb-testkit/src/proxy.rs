@@ -186,8 +186,9 @@ impl ProxyProcess {
             }
         }
 
-        let control_socket = dir.path().join(&config.global.control_socket);
-        let runtime_socket = dir.path().join(&config.global.runtime_socket);
+        let control_socket = dir.path().join(&config.global.supervision.control_socket);
+        let runtime_socket =
+            dir.path().join(config.global.supervision.runtime.socket.as_deref().unwrap_or(Path::new("")));
         let binary = options.binary.clone().unwrap_or_else(|| bin_path("lb-proxy"));
         let mut child = Command::new(binary)
             .arg("-f")

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb_config::{Diagnostic, Locations};
-use lb_supervisor::ListenAddr;
+use lb_config::Locations;
+use lb_supervisor::{ListenAddr, Supervision};
 
 use crate::context::Acceptor;
 use crate::tickets::TicketStore;
@@ -40,20 +40,12 @@ pub struct Config {
 /// `global:`.
 #[derive(Debug, Clone)]
 pub struct Global {
-    pub control_socket: PathBuf,
-    /// HAProxy's CLI for `show stat`, `show info` (`None`: none; lbctl reaches the same
-    /// commands through the control socket).
-    pub runtime_socket: Option<PathBuf>,
-    /// The same commands over TCP, on loopback only.
-    pub runtime_address: Option<SocketAddr>,
+    /// What lb-supervisor reads: the control socket (required), the runtime socket and TCP
+    /// address for `show stat`, `show info` (`None`: none; lbctl reaches the same commands
+    /// through the control socket), user and group, worker threads, reload limits.
+    pub supervision: Supervision,
     /// Where /metrics is served (loopback only; `None`: not served).
     pub metrics_address: Option<SocketAddr>,
-    pub user: Option<String>,
-    pub group: Option<String>,
-    pub worker_threads: Option<usize>,
-    pub max_old_workers: usize,
-    pub hard_stop_after: Option<Duration>,
-    pub worker_start_timeout: Duration,
     /// Client connections at once, over all frontends; at the limit nothing more is accepted.
     pub max_connections: usize,
     /// The listen backlog each worker sets on its sockets (`None`: the master's, 4096).
@@ -195,9 +187,4 @@ impl Config {
         let metrics = self.global.metrics_address.map(ListenAddr::Tcp);
         self.frontends.iter().map(|f| f.bind.clone()).chain(metrics).collect()
     }
-}
-
-pub(crate) fn diagnostic(file: &str, locations: &Locations, field: &str, message: String) -> Diagnostic {
-    let pos = locations.value(field);
-    Diagnostic { file: file.to_owned(), line: pos.line, column: pos.column, field: field.to_owned(), message }
 }

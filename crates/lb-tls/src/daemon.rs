@@ -4,8 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lb_supervisor::{
-    Daemon, ListenAddr, Listeners, MasterLink, Plan, Runtime, RuntimeEndpoints, SecretSpec, Serving, Settings,
-    Shutdown, UnixAccess,
+    Daemon, ListenAddr, Listeners, MasterLink, Runtime, SecretSpec, Serving, Shutdown, Supervision, UnixAccess,
 };
 
 use crate::config::Config;
@@ -33,33 +32,31 @@ impl Daemon for TlsDaemon {
         Ok(config)
     }
 
-    fn plan(config: &Config) -> Plan {
-        let global = &config.global;
-        Plan {
-            listen: config.listen_addrs(),
-            control_socket: global.control_socket.clone(),
-            user: global.user.clone(),
-            group: global.group.clone(),
-            worker_threads: global.worker_threads,
-            // A Unix frontend (behind a local load balancer): its user and group may connect.
-            unix_access: config
-                .frontends
-                .iter()
-                .filter_map(|f| match &f.bind {
-                    ListenAddr::Unix(path) => Some(UnixAccess {
-                        path: path.clone(),
-                        mode: 0o660,
-                        user: global.user.clone(),
-                        group: global.group.clone(),
-                    }),
-                    ListenAddr::Tcp(_) => None,
-                })
-                .collect(),
-            settings: Settings {
-                secret: ticket_keys_from_master(config),
-                ..Settings::new(global.max_old_workers, global.hard_stop_after, global.worker_start_timeout)
-            },
-        }
+    fn supervision(config: &Config) -> &Supervision {
+        &config.global.supervision
+    }
+
+    fn listen(config: &Config) -> (Vec<ListenAddr>, Vec<UnixAccess>) {
+        let supervision = &config.global.supervision;
+        // A Unix frontend (behind a local load balancer): its user and group may connect.
+        let unix_access = config
+            .frontends
+            .iter()
+            .filter_map(|f| match &f.bind {
+                ListenAddr::Unix(path) => Some(UnixAccess {
+                    path: path.clone(),
+                    mode: 0o660,
+                    user: supervision.user.clone(),
+                    group: supervision.group.clone(),
+                }),
+                ListenAddr::Tcp(_) => None,
+            })
+            .collect();
+        (config.listen_addrs(), unix_access)
+    }
+
+    fn secret(config: &Config) -> Option<SecretSpec> {
+        ticket_keys_from_master(config)
     }
 
     /// [`start`](Self::start), with the master's ticket keys in place before the first
@@ -87,10 +84,6 @@ impl Daemon for TlsDaemon {
 
     async fn start(config: Arc<Config>, listeners: Listeners, shutdown: Shutdown) -> Result<Serving, String> {
         Ok(serving(crate::start(listeners, shutdown, config).await.map_err(|e| e.to_string())?))
-    }
-
-    fn runtime_endpoints(config: &Config) -> RuntimeEndpoints {
-        RuntimeEndpoints { socket: config.global.runtime_socket.clone(), tcp: config.global.runtime_address }
     }
 }
 

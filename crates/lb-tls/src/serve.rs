@@ -80,6 +80,7 @@ fn process(config: &Config) -> Process {
         library: crate::tls_library().to_owned(),
         threads: config
             .global
+            .supervision
             .worker_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
         max_connections: config.global.max_connections,

@@ -284,7 +284,7 @@ fn control_socket(config: &Config, base: &ProxyConfig) -> PathBuf {
     if let Some(socket) = &config.proxy.control_socket {
         return socket.clone();
     }
-    let socket = &base.global.control_socket;
+    let socket = &base.global.supervision.control_socket;
     match config.proxy.config.parent() {
         Some(dir) if socket.is_relative() => dir.join(socket),
         _ => socket.clone(),

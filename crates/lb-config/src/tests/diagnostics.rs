@@ -291,7 +291,7 @@ fn stats_and_runtime_address_settings() {
     let config = ok.unwrap_or_else(|e| panic!("{e}"));
     let stats = config.global.stats.clone().unwrap_or_else(|| panic!("stats"));
     assert_eq!((stats.address.port(), stats.refresh.as_secs()), (8404, 5));
-    assert_eq!(config.global.runtime_address.map(|a| a.port()), Some(9999));
+    assert_eq!(config.global.supervision.runtime.tcp.map(|a| a.port()), Some(9999));
     assert!(config.listen_addrs().contains(&crate::ListenAddr::Tcp(stats.address)), "the master holds it");
 
     let cases = [

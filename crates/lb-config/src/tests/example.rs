@@ -38,7 +38,7 @@ fn the_example_config_loads() {
     let ListenAddr::Tcp(internal_addr) = &internal.binds[0].address else { panic!("internal_in binds TCP") };
     assert_eq!(stats.address.ip(), internal_addr.ip(), "stats on the internal address");
     assert!(!stats.address.ip().is_unspecified());
-    assert_eq!(config.global.user.as_deref(), Some("lb"));
+    assert_eq!(config.global.supervision.user.as_deref(), Some("lb"));
     // What lb-watcher would write from this: the same configuration.
     assert_eq!(Config::parse(&config.to_yaml(), "rendered.yaml").expect("round trip"), config);
 }

@@ -62,8 +62,8 @@ fn a_minimal_config_survives_a_round_trip() {
 fn a_hand_built_config_survives_a_round_trip() {
     let addr = |s: &str| s.parse::<SocketAddr>().expect("address");
     let mut config = parse_ok(MINIMAL);
-    config.global.worker_threads = Some(8);
-    config.global.user = Some("123".to_owned());
+    config.global.supervision.worker_threads = Some(8);
+    config.global.supervision.user = Some("123".to_owned());
     config.global.log.target = LogTarget::SyslogUnix(PathBuf::from("/dev/log"));
     config.global.log.hostname = Some("true".to_owned());
     config.frontends[0].binds.push(Bind {

@@ -20,8 +20,8 @@ fn a_minimal_config_gets_every_default() {
     let config = parse_ok(MINIMAL);
     assert_eq!(config.global, Global::default());
     assert_eq!(config.global.max_connections, 4096);
-    assert_eq!(config.global.control_socket, PathBuf::from("/var/run/lb/lb-proxy.sock"));
-    assert_eq!(config.global.runtime_socket, PathBuf::from("/var/run/lb/lb-proxy-runtime.sock"));
+    assert_eq!(config.global.supervision.control_socket, PathBuf::from("/var/run/lb/lb-proxy.sock"));
+    assert_eq!(config.global.supervision.runtime.socket, Some(PathBuf::from("/var/run/lb/lb-proxy-runtime.sock")));
     assert_eq!(config.global.log.target, LogTarget::Stdout);
     assert_eq!(config.global.log.format, LogFormat::Haproxy);
     assert_eq!(config.global.log.tag, "haproxy");
@@ -78,10 +78,10 @@ fn the_rich_config_resolves_every_key() {
     let base = dir.path();
     let g = &config.global;
     assert_eq!(g.max_connections, 10_000);
-    assert_eq!(g.worker_threads, Some(2));
-    assert_eq!(g.user.as_deref(), Some("nobody"));
-    assert_eq!(g.group.as_deref(), Some("nogroup"));
-    assert_eq!(g.control_socket, base.join("run/master.sock"));
+    assert_eq!(g.supervision.worker_threads, Some(2));
+    assert_eq!(g.supervision.user.as_deref(), Some("nobody"));
+    assert_eq!(g.supervision.group.as_deref(), Some("nogroup"));
+    assert_eq!(g.supervision.control_socket, base.join("run/master.sock"));
     assert_eq!(g.log.target, LogTarget::SyslogUdp(addr("[::1]:1514")));
     assert_eq!(g.log.format, LogFormat::Json);
     assert_eq!(g.log.tag, "lb");
@@ -142,7 +142,7 @@ fn the_rich_config_resolves_every_key() {
     assert_eq!(config.listen_addrs().len(), 6);
     let stats = config.global.stats.clone().expect("stats");
     assert_eq!((stats.address, stats.refresh), (addr("127.0.0.1:8404"), secs(3)));
-    assert_eq!(config.global.runtime_address, Some(addr("127.0.0.1:9999")));
+    assert_eq!(config.global.supervision.runtime.tcp, Some(addr("127.0.0.1:9999")));
 }
 
 #[test]

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use super::sections::{retries, timeouts, Defaults};
-use super::Ctx;
 use crate::address::parse_socket_addr;
+use crate::check::Checker;
 use crate::defaults::{
     CHECK_FALL, CHECK_INTERVAL, CHECK_METHOD, CHECK_PATH, CHECK_RISE, CHECK_STATUS, MAX_WEIGHT, WEIGHT,
 };
@@ -12,7 +12,7 @@ use crate::locate::{child, item};
 use crate::model::{AdminState, Backend, Balance, CheckKind, HealthCheck, HttpReuse, Mode, Server};
 use crate::raw::{RawBackend, RawHealthCheck, RawServer};
 
-pub(super) fn backend(ctx: &mut Ctx<'_>, path: &str, raw: &RawBackend, d: &Defaults) -> Backend {
+pub(super) fn backend(ctx: &mut Checker<'_>, path: &str, raw: &RawBackend, d: &Defaults) -> Backend {
     let servers_path = child(path, "servers");
     let mut servers = Vec::new();
     let mut names: HashMap<String, String> = HashMap::new();
@@ -45,7 +45,7 @@ pub(super) fn backend(ctx: &mut Ctx<'_>, path: &str, raw: &RawBackend, d: &Defau
     }
 }
 
-fn server(ctx: &mut Ctx<'_>, path: &str, raw: &RawServer) -> Server {
+fn server(ctx: &mut Checker<'_>, path: &str, raw: &RawServer) -> Server {
     let address = match &raw.address {
         None => {
             ctx.error(path, "missing `address`");
@@ -79,12 +79,13 @@ enum Kind {
 
 const KINDS: &[(&str, Kind)] = &[("tcp", Kind::Tcp), ("http", Kind::Http)];
 
-fn health_check(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHealthCheck>) -> HealthCheck {
+fn health_check(ctx: &mut Checker<'_>, path: &str, raw: Option<&RawHealthCheck>) -> HealthCheck {
     let Some(raw) = raw else {
         return HealthCheck::default();
     };
     let kind = ctx.keyword(path, "type", raw.kind.as_ref(), KINDS).unwrap_or(Kind::Tcp);
-    let count = |ctx: &mut Ctx<'_>, key, value| ctx.int(path, key, value, 1..=100).and_then(|n| u32::try_from(n).ok());
+    let count =
+        |ctx: &mut Checker<'_>, key, value| ctx.int(path, key, value, 1..=100).and_then(|n| u32::try_from(n).ok());
     let interval = ctx.duration(path, "interval", raw.interval.as_ref());
     let rise = count(ctx, "rise", raw.rise);
     let fall = count(ctx, "fall", raw.fall);
@@ -113,7 +114,7 @@ fn health_check(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHealthCheck>) -> 
     }
 }
 
-fn http_check(ctx: &mut Ctx<'_>, path: &str, raw: &RawHealthCheck) -> CheckKind {
+fn http_check(ctx: &mut Checker<'_>, path: &str, raw: &RawHealthCheck) -> CheckKind {
     let method = raw.method.clone().unwrap_or_else(|| CHECK_METHOD.to_owned());
     // The method goes on the request line as is: it must be an HTTP token.
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {

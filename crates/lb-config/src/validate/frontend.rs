@@ -2,8 +2,8 @@
 //! `links`, once every backend is known).
 
 use super::sections::{error_files, header_size, timeouts, Defaults};
-use super::Ctx;
 use crate::address::parse_listen;
+use crate::check::Checker;
 use crate::error_pages::merged;
 use crate::locate::{child, item};
 use crate::model::{Bind, Frontend, Http2, ListenAddr, Mode, Rule};
@@ -16,7 +16,7 @@ pub(super) struct Checked {
     pub(super) bind_fields: Vec<String>,
 }
 
-pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Defaults) -> Checked {
+pub(super) fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, d: &Defaults) -> Checked {
     let accept_proxy = raw.accept_proxy.unwrap_or(false);
     let binds_path = child(path, "bind");
     let (bind_fields, binds): (Vec<String>, Vec<Bind>) = raw
@@ -55,7 +55,7 @@ pub(super) fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, d: &Def
 
 /// HTTP/2's settings; windows between 64 KiB - 1 (the protocol's initial) and 2 GiB - 1 (its
 /// largest).
-fn http2(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHttp2>) -> Http2 {
+fn http2(ctx: &mut Checker<'_>, path: &str, raw: Option<&RawHttp2>) -> Http2 {
     let d = Http2::default();
     let Some(raw) = raw else { return d };
     let mut window = |key: &str, text: Option<&String>, default: u32| {
@@ -74,7 +74,7 @@ fn http2(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawHttp2>) -> Http2 {
 }
 
 /// A string entry takes the frontend's `accept_proxy`; a map entry may set its own.
-fn bind(ctx: &mut Ctx<'_>, path: &str, raw: &RawBind, accept_proxy: bool) -> Option<(String, Bind)> {
+fn bind(ctx: &mut Checker<'_>, path: &str, raw: &RawBind, accept_proxy: bool) -> Option<(String, Bind)> {
     let (text, field, accept_proxy, map) = match raw {
         RawBind::Address(text) => (text, path.to_owned(), accept_proxy, None),
         RawBind::Map(map) => {
@@ -111,7 +111,7 @@ fn bind(ctx: &mut Ctx<'_>, path: &str, raw: &RawBind, accept_proxy: bool) -> Opt
 }
 
 /// `"0660"`, `"660"` or `660`: octal permission bits, at most 0777.
-fn socket_mode(ctx: &mut Ctx<'_>, field: &str, raw: &RawMode) -> Option<u32> {
+fn socket_mode(ctx: &mut Checker<'_>, field: &str, raw: &RawMode) -> Option<u32> {
     let digits = match raw {
         RawMode::Text(text) => text.trim().to_owned(),
         RawMode::Number(n) => n.to_string(),
@@ -125,7 +125,7 @@ fn socket_mode(ctx: &mut Ctx<'_>, field: &str, raw: &RawMode) -> Option<u32> {
     }
 }
 
-fn rule(ctx: &mut Ctx<'_>, path: &str, raw: &RawRule) -> Rule {
+fn rule(ctx: &mut Checker<'_>, path: &str, raw: &RawRule) -> Rule {
     if let Some(prefix) = &raw.path_prefix {
         if !prefix.starts_with('/') {
             ctx.error(&child(path, "path_prefix"), format!("`{prefix}` must start with `/`"));

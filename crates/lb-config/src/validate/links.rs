@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 
 use super::frontend::Checked;
-use super::Ctx;
+use crate::check::Checker;
 use crate::locate::{child, item};
 use crate::model::{Backend, ListenAddr, Mode};
 use crate::raw::RawFrontend;
 
-pub(super) fn check(ctx: &mut Ctx<'_>, raw_frontends: &[RawFrontend], frontends: &[Checked], backends: &[Backend]) {
+pub(super) fn check(ctx: &mut Checker<'_>, raw_frontends: &[RawFrontend], frontends: &[Checked], backends: &[Backend]) {
     let names = frontends.iter().map(|c| c.frontend.name.as_str());
     unique_names(ctx, "frontends", "frontend", names);
     unique_names(ctx, "backends", "backend", backends.iter().map(|b| b.name.as_str()));
@@ -37,7 +37,7 @@ pub(super) fn check(ctx: &mut Ctx<'_>, raw_frontends: &[RawFrontend], frontends:
     }
 }
 
-fn unique_names<'a>(ctx: &mut Ctx<'_>, section: &str, what: &str, names: impl Iterator<Item = &'a str>) {
+fn unique_names<'a>(ctx: &mut Checker<'_>, section: &str, what: &str, names: impl Iterator<Item = &'a str>) {
     let mut first: HashMap<&str, String> = HashMap::new();
     for (i, name) in names.enumerate() {
         let field = child(&item(section, i), "name");
@@ -56,7 +56,7 @@ fn unique_names<'a>(ctx: &mut Ctx<'_>, section: &str, what: &str, names: impl It
     }
 }
 
-fn unique_binds(ctx: &mut Ctx<'_>, frontends: &[Checked]) {
+fn unique_binds(ctx: &mut Checker<'_>, frontends: &[Checked]) {
     let mut first: HashMap<&ListenAddr, (&str, &str)> = HashMap::new();
     for checked in frontends {
         let frontend = &checked.frontend;
@@ -76,7 +76,7 @@ fn unique_binds(ctx: &mut Ctx<'_>, frontends: &[Checked]) {
 }
 
 /// The stats listener needs an address of its own: a frontend on it would share its socket.
-pub(super) fn stats_not_bound(ctx: &mut Ctx<'_>, address: std::net::SocketAddr, frontends: &[Checked]) {
+pub(super) fn stats_not_bound(ctx: &mut Checker<'_>, address: std::net::SocketAddr, frontends: &[Checked]) {
     let stats = ListenAddr::Tcp(address);
     for checked in frontends {
         if checked.frontend.binds.iter().any(|b| b.address == stats) {
@@ -87,7 +87,7 @@ pub(super) fn stats_not_bound(ctx: &mut Ctx<'_>, address: std::net::SocketAddr, 
 }
 
 /// `name`, referred to from `field` by a frontend in `mode`, must be a backend in that mode.
-fn reference(ctx: &mut Ctx<'_>, field: &str, mode: Mode, name: &str, backends: &[Backend]) {
+fn reference(ctx: &mut Checker<'_>, field: &str, mode: Mode, name: &str, backends: &[Backend]) {
     match backends.iter().find(|b| b.name == name) {
         None => ctx.error(field, format!("no backend named `{name}`")),
         Some(backend) if backend.mode != mode => {

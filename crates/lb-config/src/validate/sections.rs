@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::Ctx;
 use crate::address::resolve;
+use crate::check::Checker;
 use crate::defaults::{MAX_HEADER_SIZE, MAX_MAX_HEADER_SIZE, MIN_HEADER_SIZE, RETRIES};
 use crate::error_pages::{load_error_file, merged, parse_status_key};
 use crate::locate::child;
@@ -25,7 +25,7 @@ pub(super) struct Defaults {
     pub(super) error_pages: ErrorPages,
 }
 
-pub(super) fn defaults(ctx: &mut Ctx<'_>, raw: Option<&RawDefaults>) -> Defaults {
+pub(super) fn defaults(ctx: &mut Checker<'_>, raw: Option<&RawDefaults>) -> Defaults {
     let path = "defaults";
     let empty = RawDefaults::default();
     let raw = raw.unwrap_or(&empty);
@@ -46,16 +46,16 @@ pub(super) fn defaults(ctx: &mut Ctx<'_>, raw: Option<&RawDefaults>) -> Defaults
     }
 }
 
-pub(super) fn retries(ctx: &mut Ctx<'_>, parent: &str, value: Option<i64>) -> Option<u32> {
+pub(super) fn retries(ctx: &mut Checker<'_>, parent: &str, value: Option<i64>) -> Option<u32> {
     ctx.int(parent, "retries", value, 0..=100).and_then(|n| u32::try_from(n).ok())
 }
 
-pub(super) fn header_size(ctx: &mut Ctx<'_>, parent: &str, text: Option<&String>) -> Option<usize> {
+pub(super) fn header_size(ctx: &mut Checker<'_>, parent: &str, text: Option<&String>) -> Option<usize> {
     ctx.size(parent, "max_header_size", text, MIN_HEADER_SIZE..=MAX_MAX_HEADER_SIZE)
 }
 
 /// `base` with each timeout given in `raw` replaced.
-pub(super) fn timeouts(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawTimeouts>, base: Timeouts) -> Timeouts {
+pub(super) fn timeouts(ctx: &mut Checker<'_>, path: &str, raw: Option<&RawTimeouts>, base: Timeouts) -> Timeouts {
     let Some(raw) = raw else { return base };
     Timeouts {
         connect: ctx.duration(path, "connect", raw.connect.as_ref()).unwrap_or(base.connect),
@@ -72,7 +72,7 @@ pub(super) fn timeouts(ctx: &mut Ctx<'_>, path: &str, raw: Option<&RawTimeouts>,
 
 /// Reads every errorfile configured at `path`; problems point at the status key.
 pub(super) fn error_files(
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Checker<'_>,
     path: &str,
     raw: Option<&BTreeMap<StatusKey, String>>,
 ) -> BTreeMap<u16, ErrorPage> {

@@ -12,7 +12,7 @@ pub(crate) struct RawConfig {
     pub(crate) frontends: Option<Vec<RawFrontend>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGlobal {
     pub(crate) control_socket: Option<String>,

@@ -100,5 +100,5 @@ fn metrics_and_runtime_addresses_are_loopback_only_and_not_a_frontend() {
         "global: { control_socket: m.sock, metrics_address: localhost }\ntls: { certificates: [ a.pem ] }\n\
          backend: { address: \"127.0.0.1:1\" }\nfrontends: [ { bind: \"127.0.0.1:2\" } ]\n",
     );
-    assert!(e.iter().any(|l| l.contains("global.metrics_address: 'localhost' is not an IP:port")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("global.metrics_address: expected IP:port, got `localhost`")), "{e:?}");
 }

@@ -3,16 +3,15 @@
 //! problems are located at the certificate entry that named the file.
 
 use std::net::SocketAddr;
-use std::ops::RangeInclusive;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lb_config::{child, item, parse_duration, Diagnostic, Locations};
+use lb_config::{child, item, loopback, supervision, Checker, Diagnostic, Locations, RawSupervision, SocketDefaults};
 use lb_supervisor::ListenAddr;
 
 use super::raw::{RawBackend, RawCertificate, RawConfig, RawFrontend, RawGlobal, RawTls};
-use super::{diagnostic, Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol};
+use super::{Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol};
 use super::{TlsSettings, WriteProxy};
 use crate::tickets::TicketStore;
 
@@ -24,8 +23,6 @@ ECDHE-RSA-CHACHA20-POLY1305:DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:
 pub(crate) const DEFAULT_CIPHERSUITES: &str =
     "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 const MAX_CONNECTIONS: usize = 10_000;
-const MAX_OLD_WORKERS: usize = 10;
-const WORKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKEND_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const LOG_RATE: u32 = 10;
@@ -38,58 +35,13 @@ const MAX_KEPT_TICKET_KEYS: u32 = 100;
 const DEFAULT_SESSION_CACHE_SIZE: usize = 20_000;
 const MAX_SESSION_CACHE_SIZE: usize = 10_000_000;
 
-pub(super) struct Ctx<'a> {
-    pub(super) file: &'a str,
-    pub(super) locations: &'a Locations,
-    pub(super) base: &'a Path,
-    pub(super) diagnostics: Vec<Diagnostic>,
-}
-
-impl Ctx<'_> {
-    pub(super) fn error(&mut self, field: &str, message: impl Into<String>) {
-        self.diagnostics.push(diagnostic(self.file, self.locations, field, message.into()));
-    }
-
-    fn duration(&mut self, parent: &str, key: &str, text: Option<&String>) -> Option<Duration> {
-        let field = child(parent, key);
-        match parse_duration(text?) {
-            Ok(d) if d.is_zero() || d > Duration::from_secs(86_400) => {
-                self.error(&field, "must be between 1ms and 24h");
-                None
-            }
-            Ok(d) => Some(d),
-            Err(e) => {
-                self.error(&field, e);
-                None
-            }
-        }
-    }
-
-    fn int(&mut self, parent: &str, key: &str, value: Option<i64>, range: RangeInclusive<i64>) -> Option<i64> {
-        let value = value?;
-        if !range.contains(&value) {
-            self.error(&child(parent, key), format!("must be between {} and {}", range.start(), range.end()));
-            return None;
-        }
-        Some(value)
-    }
-
-    fn path(&mut self, field: &str, text: &str) -> Option<PathBuf> {
-        if text.trim().is_empty() {
-            self.error(field, "must not be empty");
-            return None;
-        }
-        Some(self.base.join(text))
-    }
-}
-
 pub(super) fn validate(
     raw: &RawConfig,
     file: &str,
     locations: &Locations,
     base: &Path,
 ) -> Result<Config, Vec<Diagnostic>> {
-    let mut ctx = Ctx { file, locations, base, diagnostics: Vec::new() };
+    let mut ctx = Checker::new(file, locations, Some(base));
     let global = global(&mut ctx, raw.global.as_ref());
     let backend = backend(&mut ctx, raw.backend.as_ref());
     let empty = RawTls::default();
@@ -122,9 +74,8 @@ pub(super) fn validate(
             ctx.error("global.metrics_address", format!("{metrics} is bound by a frontend"));
         }
     }
-    let (Some(global), Some(backend), true) = (global, backend, ctx.diagnostics.is_empty()) else {
-        ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
-        return Err(ctx.diagnostics);
+    let (Some(global), Some(backend), true) = (global, backend, ctx.is_clean()) else {
+        return Err(ctx.into_diagnostics());
     };
     // The text is sound: read the ticket keys and the certificates, and build the contexts.
     let tickets = if global.ticket_key_files.is_empty() {
@@ -137,7 +88,7 @@ pub(super) fn validate(
         })
     };
     let Ok(tickets) = tickets.map(Arc::new) else {
-        return Err(ctx.diagnostics);
+        return Err(ctx.into_diagnostics());
     };
     let lifetime = global.ticket_lifetime;
     let mut warnings = Vec::new();
@@ -152,33 +103,27 @@ pub(super) fn validate(
             }
         }
     }
-    if !ctx.diagnostics.is_empty() {
-        ctx.diagnostics.sort_by_key(|d| (d.line, d.column));
-        return Err(ctx.diagnostics);
-    }
+    ctx.finish()?;
     Ok(Config { global, backend, frontends: built, tickets, warnings })
 }
 
-fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
+fn global(ctx: &mut Checker<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
     let path = "global";
-    let Some(raw) = raw else {
-        ctx.error(path, "global.control_socket is required (lb-tls and lb-proxy each need their own)");
-        return None;
+    let empty = RawGlobal::default();
+    let raw = raw.unwrap_or(&empty);
+    let lent = RawSupervision {
+        control_socket: raw.control_socket.as_ref(),
+        runtime_socket: raw.runtime_socket.as_ref(),
+        runtime_address: raw.runtime_address.as_ref(),
+        user: raw.user.as_ref(),
+        group: raw.group.as_ref(),
+        worker_threads: raw.worker_threads,
+        max_old_workers: raw.max_old_workers,
+        hard_stop_after: raw.hard_stop_after.as_ref(),
+        worker_start_timeout: raw.worker_start_timeout.as_ref(),
     };
-    let control_socket = match raw.control_socket.as_deref() {
-        Some(text) => ctx.path(&child(path, "control_socket"), text),
-        None => {
-            ctx.error(path, "control_socket is required (lb-tls and lb-proxy each need their own)");
-            None
-        }
-    };
-    let word = |ctx: &mut Ctx<'_>, key: &str, v: Option<&String>| match v {
-        Some(w) if w.trim().is_empty() || w.contains(char::is_whitespace) => {
-            ctx.error(&child(path, key), "must be one word");
-            None
-        }
-        other => other.cloned(),
-    };
+    // The control socket is required: lb-tls and lb-proxy on one host need one each.
+    let supervision = supervision(ctx, &lent, SocketDefaults { control_socket: None, runtime_socket: None });
     let ticket_key_rotation =
         ctx.duration(path, "ticket_key_rotation", raw.ticket_key_rotation.as_ref()).unwrap_or(TICKET_KEY_ROTATION);
     let ticket_lifetime =
@@ -198,24 +143,13 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
         Some(_) => ctx.duration(path, "tcp_keepalive", raw.tcp_keepalive.as_ref()),
         None => Some(Duration::from_secs(3600)),
     };
-    let runtime_socket = raw.runtime_socket.as_deref().and_then(|t| ctx.path(&child(path, "runtime_socket"), t));
-    let runtime_address = loopback(ctx, &child(path, "runtime_address"), raw.runtime_address.as_deref());
-    let metrics_address = loopback(ctx, &child(path, "metrics_address"), raw.metrics_address.as_deref());
+    let metrics_address = raw
+        .metrics_address
+        .as_deref()
+        .and_then(|text| loopback(ctx, &child(path, "metrics_address"), text, "this host only"));
     Some(Global {
-        control_socket: control_socket?,
-        runtime_socket,
-        runtime_address,
+        supervision: supervision?,
         metrics_address,
-        user: word(ctx, "user", raw.user.as_ref()),
-        group: word(ctx, "group", raw.group.as_ref()),
-        worker_threads: ctx.int(path, "worker_threads", raw.worker_threads, 1..=1024).map(|n| n as usize),
-        max_old_workers: ctx
-            .int(path, "max_old_workers", raw.max_old_workers, 0..=1000)
-            .map_or(MAX_OLD_WORKERS, |n| n as usize),
-        hard_stop_after: ctx.duration(path, "hard_stop_after", raw.hard_stop_after.as_ref()),
-        worker_start_timeout: ctx
-            .duration(path, "worker_start_timeout", raw.worker_start_timeout.as_ref())
-            .unwrap_or(WORKER_START_TIMEOUT),
         max_connections: ctx
             .int(path, "max_connections", raw.max_connections, 1..=10_000_000)
             .map_or(MAX_CONNECTIONS, |n| n as usize),
@@ -240,23 +174,7 @@ fn global(ctx: &mut Ctx<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
     })
 }
 
-/// An `IP:port` on loopback: runtime commands and metrics are for this host only.
-fn loopback(ctx: &mut Ctx<'_>, field: &str, text: Option<&str>) -> Option<SocketAddr> {
-    let text = text?;
-    match text.parse::<SocketAddr>() {
-        Ok(address) if address.ip().is_loopback() => Some(address),
-        Ok(address) => {
-            ctx.error(field, format!("must be a loopback address (this host only), got {address}"));
-            None
-        }
-        Err(_) => {
-            ctx.error(field, format!("'{text}' is not an IP:port (127.0.0.1:9101, [::1]:9101)"));
-            None
-        }
-    }
-}
-
-fn backend(ctx: &mut Ctx<'_>, raw: Option<&RawBackend>) -> Option<Backend> {
+fn backend(ctx: &mut Checker<'_>, raw: Option<&RawBackend>) -> Option<Backend> {
     let path = "backend";
     let Some(raw) = raw else {
         ctx.error(path, "backend.address is required");
@@ -307,13 +225,13 @@ pub(crate) struct TlsFields {
 
 type FrontendParts = (ListenAddr, (bool, TlsSettings, TlsFields));
 
-fn frontend(ctx: &mut Ctx<'_>, path: &str, raw: &RawFrontend, global: &RawTls) -> Option<FrontendParts> {
+fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, global: &RawTls) -> Option<FrontendParts> {
     let bind = match raw.bind.as_deref() {
         None => {
             ctx.error(path, "bind is required");
             None
         }
-        Some(text) => match parse_bind(text, ctx.base) {
+        Some(text) => match parse_bind(text, ctx.base().unwrap_or(Path::new("."))) {
             Ok(a) => Some(a),
             Err(e) => {
                 ctx.error(&child(path, "bind"), e);
@@ -341,7 +259,7 @@ fn parse_bind(text: &str, base: &Path) -> Result<ListenAddr, String> {
 /// A frontend's settings: each key from its own `tls:` when written there, else from the
 /// global `tls:`, else the default.
 fn tls_settings(
-    ctx: &mut Ctx<'_>,
+    ctx: &mut Checker<'_>,
     frontend: &str,
     own: Option<&RawTls>,
     own_path: &str,

@@ -183,7 +183,14 @@ async fn serve_h1(
     let mut builder = http1::Builder::new();
     // No timer for hyper: the watchdog below owns the header and keep-alive timeouts (hyper's
     // one timeout mixes both and cannot answer 408), and a timer per request costs.
-    builder.keep_alive(true).writev(false).max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
+    // half_close: a client that shuts down its sending side after its request (`nc -N`, some
+    // scripts and health checkers) still gets its response, as with HAProxy (no
+    // `abortonclose`); hyper's default would drop the request at the FIN.
+    builder
+        .keep_alive(true)
+        .half_close(true)
+        .writev(false)
+        .max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
     let conn =
         builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service).with_upgrades();
     tokio::pin!(conn);

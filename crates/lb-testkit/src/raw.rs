@@ -78,6 +78,11 @@ impl RawConn {
         self.stream.shutdown().await
     }
 
+    /// Closes with a reset (RST) instead of a FIN: SO_LINGER 0, then close.
+    pub fn reset(self) {
+        let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+    }
+
     /// Reads more into the buffer; Ok(false) at EOF.
     async fn fill(&mut self, deadline: Instant) -> anyhow::Result<bool> {
         if self.eof {

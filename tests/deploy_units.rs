@@ -1,7 +1,9 @@
 //! The service definitions operators install: SMF manifests valid against SMF's DTD, systemd
 //! units that `systemd-analyze verify` accepts without a warning, both wired to the process
 //! model (a master that drains on SIGTERM, a synchronous `lbctl reload` as the reload, the
-//! privilege to bind :80/:443 and nothing more).
+//! privilege to bind :80/:443 and nothing more), and units sandboxed as far as the daemons allow
+//! (`systemd-analyze security` scores them; scripts/scan-tls traces the daemons under the same
+//! limits).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -133,4 +135,75 @@ fn systemd_units_follow_the_process_model() {
     let watcher = read(&repo().join("systemd/lb-watcher.service"));
     assert!(watcher.lines().any(|l| l == "ReadWritePaths=/etc/lb /run/lb"), "lb-watcher rewrites /etc/lb");
     assert!(!watcher.contains("CAP_NET_BIND_SERVICE"));
+}
+
+/// The sandbox every unit shares. The system-call filter, W^X and the /proc limits are the ones
+/// scripts/scan-tls checks the daemons against (it traces them serving, reloading and answering
+/// runtime commands); a change here wants that script run again.
+#[test]
+fn systemd_units_are_sandboxed() {
+    for daemon in DAEMONS {
+        let text = read(&repo().join(format!("systemd/{daemon}.service")));
+        for line in [
+            "NoNewPrivileges=yes",
+            "ProtectSystem=strict",
+            "ProtectHome=yes",
+            "PrivateTmp=yes",
+            "PrivateDevices=yes",
+            "ProtectKernelTunables=yes",
+            "ProtectKernelModules=yes",
+            "ProtectKernelLogs=yes",
+            "ProtectControlGroups=yes",
+            "ProtectClock=yes",
+            "ProtectHostname=yes",
+            "ProtectProc=invisible",
+            "ProcSubset=pid",
+            "PrivateMounts=yes",
+            "RemoveIPC=yes",
+            "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+            "RestrictNamespaces=yes",
+            "RestrictRealtime=yes",
+            "RestrictSUIDSGID=yes",
+            "LockPersonality=yes",
+            "MemoryDenyWriteExecute=yes",
+            "SystemCallArchitectures=native",
+            "SystemCallFilter=@system-service",
+            "SystemCallFilter=~@privileged @resources",
+            "SystemCallErrorNumber=EPERM",
+            "UMask=0077",
+            "User=lb",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{daemon}.service lacks {line:?}");
+        }
+    }
+    // A user namespace would leave CAP_NET_BIND_SERVICE useless for the host's ports: only the
+    // watcher, which binds none, gets one.
+    for daemon in ["lb-proxy", "lb-tls"] {
+        let text = read(&repo().join(format!("systemd/{daemon}.service")));
+        assert!(!text.lines().any(|l| l.starts_with("PrivateUsers=")), "{daemon}: PrivateUsers= would stop :443");
+        assert!(text.lines().any(|l| l == "CapabilityBoundingSet=CAP_NET_BIND_SERVICE"), "{daemon}");
+    }
+    let watcher = read(&repo().join("systemd/lb-watcher.service"));
+    assert!(watcher.lines().any(|l| l == "PrivateUsers=yes") && watcher.lines().any(|l| l == "CapabilityBoundingSet="));
+}
+
+/// `systemd-analyze security` (offline: no running systemd needed) keeps each unit's exposure at
+/// 1.5 or below (0 is fully sandboxed, 10 not at all; docs/reliability.md, "Least privilege").
+#[test]
+fn systemd_units_exposure_stays_low() {
+    for daemon in DAEMONS {
+        let unit = repo().join(format!("systemd/{daemon}.service"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new("systemd-analyze")
+            .args(["security", "--offline=true", "--threshold=15", "--no-pager"])
+            .arg(&unit)
+            .current_dir(dir.path())
+            .env("SYSTEMD_LOG_COLOR", "0")
+            .env("SYSTEMD_COLORS", "0")
+            .output()
+            .expect("systemd-analyze (Debian's systemd)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let overall = stdout.lines().find(|l| l.contains("Overall exposure level")).unwrap_or("no score");
+        assert!(out.status.success(), "{daemon}.service: {overall}\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    }
 }

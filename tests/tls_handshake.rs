@@ -255,3 +255,24 @@ fn tls12_clients_without_tickets_resume_from_the_session_cache() {
     let id = first.stdout.lines().find_map(|l| l.trim().strip_prefix("Session-ID:")).map(str::trim);
     assert_eq!(id, Some(""), "no cache, no session ID to resume with: {}", first.text());
 }
+
+/// The TLS 1.2 cipher `s_client` got (from its `Cipher is …` line).
+fn cipher(out: &SClient) -> Option<String> {
+    let line = out.stdout.lines().find(|l| l.contains(", Cipher is "))?;
+    Some(line.rsplit("Cipher is ").next()?.trim().to_owned())
+}
+
+#[test]
+fn the_servers_cipher_order_wins_by_default_and_the_clients_when_configured() {
+    let certs = TestCerts::new();
+    let echo = TestServer::start("s1");
+    // The client prefers AES-256; the default list puts AES-128 first.
+    let offer = "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:\
+                 ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256";
+    let ours = start(&certs, echo.addr(), "");
+    let out = hello(&ours, &["-tls1_2", "-cipher", offer]);
+    assert!(cipher(&out).is_some_and(|c| c.contains("AES128")), "our order by default: {}", out.text());
+    let theirs = start(&certs, echo.addr(), "  prefer_server_ciphers: false");
+    let out = hello(&theirs, &["-tls1_2", "-cipher", offer]);
+    assert!(cipher(&out).is_some_and(|c| c.contains("AES256")), "the client's order: {}", out.text());
+}

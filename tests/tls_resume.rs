@@ -66,7 +66,15 @@ fn tickets_age_out_after_their_lifetime_and_the_handshake_is_then_a_full_one() {
     let tls = start(&pem, &server, "  ticket_key_rotation: 1s\n  ticket_lifetime: 3s");
     for version in VERSIONS {
         let session = certs.dir().join(format!("aged{version}"));
-        assert_eq!(connect(&tls, version, &session, true).session(), Some("New"));
+        let first = connect(&tls, version, &session, true);
+        assert_eq!(first.session(), Some("New"));
+        // The client is told the same lifetime, in both versions' tickets, so that it does
+        // not keep a ticket the keys no longer decrypt.
+        assert!(
+            first.text().contains("TLS session ticket lifetime hint: 3 (seconds)"),
+            "{version}: the ticket's lifetime hint is ticket_lifetime: {}",
+            first.text()
+        );
         assert_eq!(connect(&tls, version, &session, false).session(), Some("Reused"), "{version} at once");
         // The key that made it is replaced within 1 s and forgotten 3 s later; the session
         // itself is good for 3 s.

@@ -66,6 +66,7 @@ pub(crate) fn run<D: Daemon>(config: PathBuf, detach: bool) -> ExitCode {
     // Set when this master is the detached one that `-D` started.
     let detached = detach::inherited();
     privileges::raise_fd_limit();
+    privileges::keep_capabilities_from_workers();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

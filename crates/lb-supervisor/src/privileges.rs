@@ -153,6 +153,20 @@ fn set_groups(_gid: Gid) -> Result<(), Error> {
     Ok(())
 }
 
+/// Keep the master's capabilities out of its workers. A master started unprivileged with
+/// `CAP_NET_BIND_SERVICE` as an *ambient* capability (systemd's `AmbientCapabilities=`, the way
+/// the units in systemd/ run it) would pass it on through every exec, so each worker could bind
+/// privileged ports too, though only the master ever binds. Clearing the ambient set leaves the
+/// master's own permitted and effective sets as they are: it still binds for a reload. The
+/// ambient set is per thread: called on the thread that starts the workers, before any other
+/// runtime thread exists. Elsewhere (illumos: privileges, not capabilities) nothing to do.
+pub(crate) fn keep_capabilities_from_workers() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::thread::clear_ambient_capability_set() {
+        tracing::warn!("clearing the ambient capability set: {e} (workers may inherit the master's capabilities)");
+    }
+}
+
 /// Raise the soft `RLIMIT_NOFILE` to the hard limit: a proxied connection holds two fds, and the
 /// usual soft default (1024 on Linux, 256 on illumos) would cap us at a few hundred clients.
 /// Returns the soft limit now in force (`u64::MAX` for unlimited); a failure is logged and leaves

@@ -391,7 +391,9 @@ fn tls_settings(
         protocols,
         ciphers,
         ciphersuites,
-        prefer_server_ciphers: pick!(prefer_server_ciphers).is_some_and(|(v, _)| *v),
+        // Our order by default, as HAProxy's: the scanners operators run rate a server
+        // without one as a finding (docs/reliability.md, "TLS scan").
+        prefer_server_ciphers: pick!(prefer_server_ciphers).is_none_or(|(v, _)| *v),
         ecdh_curves,
         alpn_protocols,
         sni_nomatch_abort: pick!(sni_nomatch_abort).is_some_and(|(v, _)| *v),

@@ -248,11 +248,14 @@ impl Master {
 
 impl Master {
     async fn run(mut self, mut events: Events, mut control: ControlRequests) -> ExitCode {
-        let (Ok(mut hup), Ok(mut usr2), Ok(mut term), Ok(mut int)) = (
+        // SIGXFSZ is handled and never read: a log file at its size limit fails the write
+        // (dropped, counted) instead of ending the master.
+        let (Ok(mut hup), Ok(mut usr2), Ok(mut term), Ok(mut int), Ok(_file_size)) = (
             signal(SignalKind::hangup()),
             signal(SignalKind::user_defined2()),
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
+            signal(SignalKind::from_raw(nix::libc::SIGXFSZ)),
         ) else {
             tracing::error!("cannot install signal handlers");
             return ExitCode::FAILURE;

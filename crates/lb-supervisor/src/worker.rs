@@ -117,8 +117,11 @@ async fn serve<D: Daemon>(
     // signals meant for the master (a terminal's ^C, SIGHUP, SIGUSR2) are ignored here.
     let handler = |kind| signal(kind).map_err(|e| format!("signal handler: {e}"));
     let mut term = handler(SignalKind::terminate())?;
-    // Handled (so that their default action does not apply) and never read.
-    let _ignored = [SignalKind::interrupt(), SignalKind::hangup(), SignalKind::user_defined2()]
+    // Handled (so that their default action does not apply) and never read. SIGXFSZ too: an
+    // access log on stdout that reaches a file-size limit (`LimitFSIZE=`, `ulimit -f`) fails
+    // its write (counted as dropped lines) instead of ending the worker.
+    let file_size = SignalKind::from_raw(nix::libc::SIGXFSZ);
+    let _ignored = [SignalKind::interrupt(), SignalKind::hangup(), SignalKind::user_defined2(), file_size]
         .into_iter()
         .map(handler)
         .collect::<Result<Vec<_>, _>>()?;

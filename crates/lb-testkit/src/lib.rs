@@ -22,7 +22,8 @@
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
 //! - [`runtime`]: the runtime socket, and parsers for `show stat`'s CSV (HAProxy's documented
 //!   format), `show servers state` and Prometheus' text format.
-//! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`.
+//! - [`WatcherProcess`]: the real `lb-watcher` with its stderr and `/status`; [`WatcherOptions`]:
+//!   more environment, or a wrapper command (`unshare`, `prlimit`) for fault tests.
 //! - [`zookeeper`]: a real ZooKeeper, standalone or a three-member ensemble, for lb-watcher.
 //! - [`TlsProcess`], [`run_lb_tls`]: the real `lb-tls` ([`TlsChain`]: in front of lb-proxy);
 //!   [`certs`]: a CA, server and client certificates and OCSP responses made with `openssl`;
@@ -81,7 +82,7 @@ pub use proxy::{run_lb_proxy, single_backend, ProxyProcess, StartError, StartOpt
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
 pub use tls::{run_lb_tls, TlsChain, TlsProcess};
-pub use watcher::WatcherProcess;
+pub use watcher::{WatcherOptions, WatcherProcess};
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

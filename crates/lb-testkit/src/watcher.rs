@@ -1,19 +1,31 @@
 //! [`WatcherProcess`]: the real `lb-watcher` binary on a configuration the test wrote, with
-//! its stderr captured and its `/status` endpoint read.
+//! its stderr captured (each line with the time it arrived, for timelines) and its `/status`
+//! endpoint read. [`WatcherOptions`] run it with extra environment or under a wrapper command
+//! (`unshare`, `prlimit`) for fault tests.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::{bin_path, free_port, wait_until, wait_until_blocking};
 
-type Lines = Arc<Mutex<Vec<String>>>;
+type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
+
+/// How to start lb-watcher, beyond its configuration.
+#[derive(Debug, Clone, Default)]
+pub struct WatcherOptions {
+    /// Extra environment, e.g. `LB_LOG` for debug lines (it replaces the default `LB_LOG`).
+    pub env: Vec<(String, String)>,
+    /// A command lb-watcher runs under, `[program, args…]`, followed by lb-watcher's path and
+    /// arguments; it must end by exec'ing them, so that [`WatcherProcess::pid`] is lb-watcher's.
+    pub wrapper: Vec<String>,
+}
 
 /// A running `lb-watcher -f FILE`; stopped (SIGTERM, then SIGKILL) on drop.
 #[derive(Debug)]
@@ -28,14 +40,30 @@ impl WatcherProcess {
     /// Writes `yaml` plus a `status:` section on a free port to `dir/lb-watcher.yaml` and
     /// starts lb-watcher on it; waits until `/status` answers.
     pub async fn start(dir: &Path, yaml: &str) -> WatcherProcess {
+        WatcherProcess::start_with(dir, yaml, &WatcherOptions::default()).await
+    }
+
+    /// [`WatcherProcess::start`] with `options`.
+    pub async fn start_with(dir: &Path, yaml: &str, options: &WatcherOptions) -> WatcherProcess {
         let status = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let config_path = dir.join("lb-watcher.yaml");
         std::fs::write(&config_path, format!("{yaml}\nstatus:\n  listen: {status}\n"))
             .expect("writing lb-watcher.yaml");
-        let mut child = Command::new(bin_path("lb-watcher"))
+        let binary = bin_path("lb-watcher");
+        let mut command = match options.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
+        command
             .arg("-f")
             .arg(&config_path)
             .env("LB_LOG", std::env::var("LB_LOG").unwrap_or_else(|_| "info,zookeeper_client=warn".into()))
+            .envs(options.env.iter().map(|(k, v)| (k, v)));
+        let mut child = command
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -48,7 +76,7 @@ impl WatcherProcess {
             std::thread::spawn(move || {
                 for line in BufReader::new(err).lines() {
                     let Ok(line) = line else { return };
-                    into.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                    into.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), line));
                 }
             });
         }
@@ -68,12 +96,28 @@ impl WatcherProcess {
 
     /// Every stderr line so far.
     pub fn stderr(&self) -> Vec<String> {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, l)| l.clone()).collect()
+    }
+
+    /// Every stderr line so far, with the time it was read from the pipe.
+    pub fn stderr_timed(&self) -> Vec<(Instant, String)> {
         self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Stderr lines containing `text`.
     pub fn stderr_count(&self, text: &str) -> usize {
-        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|l| l.contains(text)).count()
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(_, l)| l.contains(text)).count()
+    }
+
+    /// Whether the process still runs (not exited, not a zombie).
+    pub fn is_alive(&self) -> bool {
+        crate::procfs::is_alive(self.child.id())
+    }
+
+    /// Resident set size now, and its peak (`VmRSS`, `VmHWM`), in KiB.
+    pub fn rss_kib(&self) -> (Option<u64>, Option<u64>) {
+        let pid = self.child.id();
+        (crate::procfs::rss_kib(pid), crate::procfs::status_kib(pid, "VmHWM:"))
     }
 
     /// `/status` as JSON.

@@ -214,6 +214,26 @@ impl ZkEnsemble {
         self.servers[i].restart();
     }
 
+    /// SIGKILL to every member: the whole ensemble gone at once.
+    pub fn kill_all(&mut self) {
+        for server in &mut self.servers {
+            server.kill();
+        }
+    }
+
+    /// Starts every member that is not running, on its port and data, and waits until they have
+    /// elected a leader and all serve. One member alone cannot serve without a quorum, which is
+    /// why [`ZkEnsemble::restart`] does not do for a whole-ensemble outage.
+    pub fn start_all(&mut self) {
+        for server in &mut self.servers {
+            if server.child.is_none() {
+                server.spawn();
+            }
+        }
+        let ok = wait_until_blocking(START_TIMEOUT, || self.servers.iter().all(ZkServer::is_serving));
+        assert!(ok, "the ensemble did not form again within {START_TIMEOUT:?}; logs:\n{}", self.logs());
+    }
+
     fn logs(&self) -> String {
         self.servers.iter().map(|s| format!("-- {}:\n{}", s.dir().display(), s.log())).collect()
     }
@@ -248,8 +268,14 @@ pub struct ZkClient {
 impl ZkClient {
     /// Connects with a 10 s session; panics when it cannot within 20 s.
     pub async fn connect(connect_string: &str) -> ZkClient {
+        ZkClient::connect_with(connect_string, Duration::from_secs(10)).await
+    }
+
+    /// Connects with a session of `session_timeout` (ZooKeeper bounds it: 400 ms to 60 s
+    /// here); panics when it cannot within 20 s.
+    pub async fn connect_with(connect_string: &str, session_timeout: Duration) -> ZkClient {
         let connecting =
-            zookeeper_client::Client::connector().with_session_timeout(Duration::from_secs(10)).connect(connect_string);
+            zookeeper_client::Client::connector().with_session_timeout(session_timeout).connect(connect_string);
         let client = tokio::time::timeout(Duration::from_secs(20), connecting)
             .await
             .unwrap_or_else(|_| panic!("connecting to ZooKeeper {connect_string} timed out"))
@@ -291,6 +317,22 @@ impl ZkClient {
         let path = format!("{dir}/{name}");
         if let Err(e) = self.client.set_data(&path, load_balancer_record(addr).as_bytes(), None).await {
             panic!("set_data {path}: {e}");
+        }
+    }
+
+    /// Ephemeral nodes `dir/NAME` holding `DATA`, for every `(NAME, DATA)`: multi-writes of 500
+    /// creates each, one round trip per batch (thousands of nodes in seconds, not minutes).
+    pub async fn create_many(&self, dir: &str, nodes: &[(String, Vec<u8>)]) {
+        let options = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
+        for batch in nodes.chunks(500) {
+            let mut writer = self.client.new_multi_writer();
+            for (name, data) in batch {
+                let path = format!("{dir}/{name}");
+                writer.add_create(&path, data, &options).unwrap_or_else(|e| panic!("create {path}: {e}"));
+            }
+            if let Err(e) = writer.commit().await {
+                panic!("creating {} nodes under {dir}: {e}", batch.len());
+            }
         }
     }
 

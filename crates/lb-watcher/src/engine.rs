@@ -166,8 +166,10 @@ impl Engine {
                             Err(skip) => {
                                 let key = (format!("{}:{}", service.backend, path), name.clone());
                                 if self.warned.get(&key) != Some(data) {
+                                    // ZooKeeper allows long node names: the line stays short.
                                     tracing::warn!(
-                                        "skipping node {path}/{name} for backend {}: {skip}",
+                                        "skipping node {path}/{} for backend {}: {skip}",
+                                        node::printable(name, 128),
                                         service.backend
                                     );
                                     Metrics::add(&self.shared.metrics.skipped_nodes);
@@ -177,6 +179,12 @@ impl Engine {
                         }
                     }
                     self.warned.retain(|(k, n), _| !k.ends_with(&format!(":{path}")) || children.contains_key(n));
+                    tracing::debug!(
+                        "{path}: {} nodes, {} servers for backend {}",
+                        children.len(),
+                        servers.len(),
+                        service.backend
+                    );
                     self.state.observe(&service.backend, servers, now, &mut self.rng);
                 }
             }
@@ -187,11 +195,22 @@ impl Engine {
         let now = Instant::now();
         let decision = self.state.decide(now, &mut self.rng);
         for backend in &decision.refused {
+            // What is kept: the set about to be applied when removed servers are put back.
+            let kept = match decision.apply.as_ref().and_then(|sets| sets.get(backend)) {
+                Some(set) => set.len(),
+                None => self.state.applied().get(backend).map_or(0, BTreeMap::len),
+            };
             tracing::warn!(
-                "refusing to empty backend {backend}: ZooKeeper lists no server for it; keeping its last {} servers",
-                self.state.applied().get(backend).map_or(0, BTreeMap::len)
+                "refusing to empty backend {backend}: ZooKeeper lists no server for it; keeping its last {kept} servers"
             );
             Metrics::add(&self.shared.metrics.refused);
+        }
+        for (backend, names) in &decision.restored {
+            tracing::warn!(
+                "backend {backend}: putting back {} servers removed since its last full set: {}",
+                names.len(),
+                names.join(" ")
+            );
         }
         for (backend, names) in &decision.throttled {
             tracing::info!(

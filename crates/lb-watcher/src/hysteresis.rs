@@ -11,7 +11,12 @@
 //! - At most `max_remove_percent` of a backend's servers (at least one) go per round, the least
 //!   recently seen first; the rest wait for another round, `hold` plus jitter later.
 //! - A backend is never emptied: when its servers would all go, the change is refused and the
-//!   last set kept (and said once, until the observation changes).
+//!   last full set kept (and said once, until the observation changes). The last full set is
+//!   the one applied before the current run of removals began, when there is one: expiries
+//!   that trickle in look like removals, and the throttle takes some of them, until the last
+//!   one shows that every registration went; those are put back (Synapse's
+//!   `use_previous_backends`). A run of removals ends when the backend is in step with
+//!   ZooKeeper again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -36,6 +41,9 @@ struct Backend {
     refused: bool,
     /// After a removal round that left removals for later: no removal before this.
     next_removal_round: Option<Instant>,
+    /// The servers applied when the current run of removals began (its first round), until the
+    /// backend is in step again: what an empty observation restores.
+    before_removals: Option<Servers>,
 }
 
 /// What [`State::decide`] found.
@@ -48,6 +56,8 @@ pub struct Decision {
     /// Servers removed this round, and those throttled to a later round, by backend.
     pub removed: BTreeMap<String, Vec<String>>,
     pub throttled: BTreeMap<String, Vec<String>>,
+    /// Servers put back by a refusal: removed earlier in the same run of removals, by backend.
+    pub restored: BTreeMap<String, Vec<String>>,
 }
 
 /// A pending change, for the status endpoint.
@@ -83,7 +93,14 @@ impl State {
                 let last_seen = applied.keys().map(|n| (n.clone(), now)).collect();
                 (
                     name,
-                    Backend { applied, observed: Servers::new(), last_seen, refused: false, next_removal_round: None },
+                    Backend {
+                        applied,
+                        observed: Servers::new(),
+                        last_seen,
+                        refused: false,
+                        next_removal_round: None,
+                        before_removals: None,
+                    },
                 )
             })
             .collect();
@@ -106,6 +123,7 @@ impl State {
             b.refused = false;
         }
         b.observed = servers;
+        b.end_of_removals();
         if !self.seen.iter().any(|s| s == backend) {
             self.seen.push(backend.to_owned());
             self.observed_all = self.backends.keys().all(|k| self.seen.contains(k));
@@ -238,16 +256,27 @@ impl State {
             }
             if b.observed.is_empty() || target.is_empty() {
                 // Every server gone at once is a ZooKeeper or registrar failure far more often
-                // than a real outage: keep the last set.
+                // than a real outage: keep the last full set. When the throttle already took
+                // some in this run of removals (expiries trickling in), they come back too.
                 if !b.refused && !b.applied.is_empty() {
                     decision.refused.push(name.clone());
                 }
                 b.refused = true;
-                sets.insert(name.clone(), b.applied.clone());
+                let mut keep = b.before_removals.clone().unwrap_or_default();
+                keep.extend(b.applied.iter().map(|(k, m)| (k.clone(), m.clone())));
+                let back: Vec<String> = keep.keys().filter(|s| !b.applied.contains_key(*s)).cloned().collect();
+                if !back.is_empty() {
+                    decision.restored.insert(name.clone(), back);
+                    changed = true;
+                }
+                sets.insert(name.clone(), keep);
                 continue;
             }
             let held = b.applied.keys().any(|s| !b.observed.contains_key(s)) && eligible.len() < removals;
             if !now_gone.is_empty() {
+                if b.before_removals.is_none() {
+                    b.before_removals = Some(b.applied.clone());
+                }
                 decision.removed.insert(name.clone(), now_gone.iter().map(|(_, s)| s.clone()).collect());
                 if !later.is_empty() || held {
                     let at = now + hold + jitter(self.settings.collect_jitter, rng);
@@ -294,6 +323,7 @@ impl State {
                     }
                 }
                 b.applied = servers.clone();
+                b.end_of_removals();
             }
         }
         self.last_apply = Some(now);
@@ -305,6 +335,16 @@ impl State {
     /// Applying failed: try again after `retry` (the sets stay pending).
     pub fn apply_failed(&mut self, now: Instant, retry: Duration) {
         self.due = Some(now + retry);
+    }
+}
+
+impl Backend {
+    /// The run of removals is over once every applied server is registered (and some are):
+    /// the set before it is forgotten.
+    fn end_of_removals(&mut self) {
+        if !self.observed.is_empty() && self.applied.keys().all(|s| self.observed.contains_key(s)) {
+            self.before_removals = None;
+        }
     }
 }
 

@@ -72,6 +72,11 @@ fn serve(config: lb_watcher::config::Config) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        // A write past the file-size limit (`ulimit -f`, systemd's `LimitFSIZE=`) must fail with
+        // EFBIG, reported and retried with the old file left whole, not end the process, which
+        // is what SIGXFSZ does by default. Any handler replaces that default; tokio's is safe.
+        let xfsz = tokio::signal::unix::SignalKind::from_raw(nix::sys::signal::Signal::SIGXFSZ as i32);
+        let _file_size_limit = tokio::signal::unix::signal(xfsz).context("handling SIGXFSZ")?;
         let (stop, shutdown) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

@@ -6,7 +6,10 @@
 //! "load_balancer":{"address":…,"ports":[80]}}`: the record under the key named by `type`
 //! carries the address and, for some types, ports. nerve/synapse's: `{"host":…,"port":…,
 //! "name":…,"weight":…}`. Anything else is a [`Skip`] with a reason: the caller logs it once and
-//! goes on, a bad node never stops the watcher.
+//! goes on, a bad node never stops the watcher. Nodes are written by whoever can write to
+//! ZooKeeper: data past [`MAX_NODE_BYTES`] is not parsed, and what a reason quotes from a node
+//! is shortened and has its control characters escaped, so that a node cannot forge log lines
+//! or flood the log.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -37,6 +40,43 @@ fn skip(message: impl Into<String>) -> Skip {
     Skip(message.into())
 }
 
+/// A registration is a hundred bytes or so; a node holding more than this is not one.
+pub const MAX_NODE_BYTES: usize = 64 * 1024;
+
+/// `text` fit for a log line: control characters escaped (no forged lines), at most `max`
+/// characters, then the length.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out.push_str(&format!("… ({} bytes)", text.len()));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A value quoted from a node in a reason.
+fn quoted(text: &str) -> String {
+    printable(text, 64)
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[derive(Deserialize)]
 struct Nerve {
     host: String,
@@ -47,8 +87,22 @@ struct Nerve {
 
 /// Reads the node named `name` holding `data`, for `service`.
 pub fn parse(service: &Service, name: &str, data: &[u8]) -> Result<Member, Skip> {
+    // serde's messages may quote a value at any length: the whole reason is bounded too.
+    parse_node(service, name, data).map_err(|Skip(reason)| Skip(printable(&reason, 512)))
+}
+
+fn parse_node(service: &Service, name: &str, data: &[u8]) -> Result<Member, Skip> {
     if !valid_server_name(name) {
-        return Err(skip(format!("node name `{name}` is not a valid server name (letters, digits, `_`, `.`, `-`)")));
+        return Err(skip(format!(
+            "node name `{}` is not a valid server name (letters, digits, `_`, `.`, `-`)",
+            quoted(name)
+        )));
+    }
+    if data.len() > MAX_NODE_BYTES {
+        return Err(skip(format!(
+            "{} bytes of data, more than a registration may hold ({MAX_NODE_BYTES})",
+            data.len()
+        )));
     }
     let value: Value = serde_json::from_slice(data).map_err(|e| skip(format!("not valid JSON: {e}")))?;
     match service.format {
@@ -71,16 +125,22 @@ pub fn parse(service: &Service, name: &str, data: &[u8]) -> Result<Member, Skip>
 }
 
 fn registrar(service: &Service, value: &Value) -> Result<Member, Skip> {
-    let kind = value.get("type").and_then(Value::as_str).ok_or_else(|| skip("no `type` in the registration"))?;
+    let kind = match value.get("type") {
+        Some(Value::String(kind)) => kind.as_str(),
+        Some(other) => return Err(skip(format!("`type` must be a string, not {}", kind_of(other)))),
+        None => return Err(skip("no `type` in the registration")),
+    };
     if kind != service.record_type {
-        return Err(skip(format!("record type `{kind}`, this service keeps `{}`", service.record_type)));
+        return Err(skip(format!("record type `{}`, this service keeps `{}`", quoted(kind), service.record_type)));
     }
     let record = value.get(kind);
-    let address = record
-        .and_then(|r| r.get("address"))
-        .or_else(|| value.get("address"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| skip(format!("no `address` in the `{kind}` record")))?;
+    let address = match record.and_then(|r| r.get("address")).or_else(|| value.get("address")) {
+        Some(Value::String(address)) => address.as_str(),
+        Some(other) => {
+            return Err(skip(format!("`address` in the `{kind}` record must be a string, not {}", kind_of(other))))
+        }
+        None => return Err(skip(format!("no `address` in the `{kind}` record"))),
+    };
     let ip = parse_ip(address)?;
     let ports: Vec<u16> = match record.and_then(|r| r.get("ports")) {
         None | Some(Value::Null) => Vec::new(),
@@ -101,7 +161,7 @@ fn registrar(service: &Service, value: &Value) -> Result<Member, Skip> {
 }
 
 fn parse_ip(text: &str) -> Result<IpAddr, Skip> {
-    text.parse().map_err(|_| skip(format!("address `{text}` is not an IP address")))
+    text.parse().map_err(|_| skip(format!("address `{}` is not an IP address", quoted(text))))
 }
 
 /// lb-config's rule for names, so a node never makes the rendered file invalid.
@@ -183,11 +243,44 @@ mod tests {
             ("a", br#"[1,2]"#, "no `type`"),
             ("a b", br#"{"type":"host","address":"10.0.0.1"}"#, "not a valid server name"),
             ("a", br#"{"type":"host","address":"10.0.0.1","host":{"address":"10.0.0.1","ports":"80"}}"#, "ports"),
+            ("a", br#"{"type":5,"address":"10.0.0.1"}"#, "`type` must be a string, not a number"),
+            ("a", br#"{"type":"host","address":["10.0.0.1"]}"#, "`address` in the `host` record must be a string"),
         ] {
             match parse(&s, name, data) {
                 Err(Skip(reason)) => assert!(reason.contains(says), "{reason:?} lacks {says:?}"),
                 Ok(m) => panic!("{data:?} parsed as {m:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn hostile_nodes_are_skipped_with_a_short_single_line_reason() {
+        let s = service(NodeFormat::Registrar, "host", Some(80));
+        let long = "x".repeat(100_000);
+        let huge = format!(r#"{{"type":"host","address":"10.0.0.1","pad":"{long}"}}"#);
+        let deep = format!(r#"{{"type":"host","address":"10.0.0.1","x":{}{}}}"#, "[".repeat(5000), "]".repeat(5000));
+        let forged = br#"{"type":"host\n2026-01-01T00:00:00Z  INFO lb_watcher: forged","address":"10.0.0.1"}"#;
+        let long_type = format!(r#"{{"type":"{}","address":"10.0.0.1"}}"#, "y".repeat(50_000));
+        let long_port = format!(r#"{{"host":"10.0.0.1","port":"{}"}}"#, "9".repeat(50_000));
+        for (name, data, says) in [
+            ("huge", huge.as_bytes(), "bytes of data, more than a registration may hold"),
+            ("deep", deep.as_bytes(), "recursion limit exceeded"),
+            ("forged", &forged[..], r"record type `host\n2026"),
+            ("long", long_type.as_bytes(), "bytes)`, this service keeps `host`"),
+            (&long[..200], &b"{}"[..], "is not a valid server name"),
+        ] {
+            match parse(&s, name, data) {
+                Err(Skip(reason)) => {
+                    assert!(reason.contains(says), "{reason:?} lacks {says:?}");
+                    assert!(!reason.contains('\n') && reason.len() < 600, "{reason:?}");
+                }
+                Ok(m) => panic!("{name} parsed as {m:?}"),
+            }
+        }
+        let nerve = service(NodeFormat::Nerve, "host", None);
+        match parse(&nerve, "n", long_port.as_bytes()) {
+            Err(Skip(reason)) => assert!(reason.contains("not a nerve registration") && reason.len() < 600, "{reason}"),
+            Ok(m) => panic!("parsed as {m:?}"),
         }
     }
 

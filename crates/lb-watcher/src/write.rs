@@ -58,8 +58,11 @@ pub fn write_config(
             // atomically.
             let prev = prev_path(path);
             let prev_tmp = dir.join(format!(".prev.{}.tmp", std::process::id()));
-            fs::write(&prev_tmp, previous).map_err(io_error)?;
-            fs::rename(&prev_tmp, &prev).map_err(io_error)?;
+            if let Err(e) = fs::write(&prev_tmp, previous).and_then(|()| fs::rename(&prev_tmp, &prev)) {
+                // A disk that fills up half-way leaves no half-written copy behind either.
+                let _ = fs::remove_file(&prev_tmp);
+                return Err(io_error(e));
+            }
         }
         fs::rename(&tmp, path).map_err(io_error)?;
         File::open(&dir).and_then(|d| d.sync_all()).map_err(io_error)?;
@@ -90,6 +93,22 @@ mod tests {
         });
         assert!(refused.is_err());
         assert_eq!(fs::read_to_string(&path)?, "two\n", "a file that does not validate is not installed");
+        let left: Vec<_> = fs::read_dir(dir.path())?.filter_map(Result::ok).map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 2, "no temporary file left: {left:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_failure_keeping_the_previous_file_leaves_nothing_behind() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("lb-proxy.yaml");
+        write_config(&path, "one\n", |_| Ok(()))?;
+        // `NAME.prev` cannot be replaced (a directory is in the way), as on a disk that fills up
+        // after the new file was written.
+        fs::create_dir(prev_path(&path))?;
+        fs::write(prev_path(&path).join("x"), "")?;
+        assert!(write_config(&path, "two\n", |_| Ok(())).is_err());
+        assert_eq!(fs::read_to_string(&path)?, "one\n", "the current file untouched");
         let left: Vec<_> = fs::read_dir(dir.path())?.filter_map(Result::ok).map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 2, "no temporary file left: {left:?}");
         Ok(())

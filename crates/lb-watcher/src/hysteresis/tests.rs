@@ -287,3 +287,124 @@ fn removal_rounds_are_a_hold_apart_even_when_removals_are_spread() {
     assert_eq!(sizes, vec![19, 16, 13, 11, 10], "{rounds:?}");
     assert!(rounds.windows(2).all(|w| w[1].0 - w[0].0 >= 1.0), "rounds a hold apart: {rounds:?}");
 }
+
+/// Feeds `observations` (at their times) and decides whenever due, in time order, until
+/// nothing is due any more or `until` passes; every decision that did something, with its time.
+fn play(sim: &mut Sim, mut observations: Vec<(f64, Servers)>, until: f64) -> Vec<(f64, Decision)> {
+    observations.reverse();
+    let mut decisions = Vec::new();
+    loop {
+        let next_observation = observations.last().map(|(t, _)| *t);
+        match (next_observation, sim.due_secs()) {
+            (Some(t), due) if due.is_none_or(|d| t <= d) => {
+                if let Some((_, set)) = observations.pop() {
+                    sim.observe(t, set);
+                }
+            }
+            (_, Some(due)) if due <= until => {
+                let d = sim.tick(due);
+                if d != Decision::default() {
+                    decisions.push((due, d));
+                }
+            }
+            _ => return decisions,
+        }
+        assert!(decisions.len() < 100, "no convergence: {decisions:?}");
+    }
+}
+
+/// Ten registrations expiring one by one, `every` seconds apart: servers(i+1..10) at i·every.
+fn trickle(every: f64) -> Vec<(f64, Servers)> {
+    (0..10u16).map(|i| (f64::from(i) * every, servers(i + 1..10))).collect()
+}
+
+#[test]
+fn expiries_trickling_in_until_none_is_left_restore_the_set_before_the_removals() {
+    let mut s = settings();
+    s.collect = S / 2;
+    s.hold = S;
+    s.min_apply_interval = Duration::ZERO;
+    let mut sim = Sim::new(s, servers(0..10));
+    sim.observe(0.0, servers(0..10));
+    let decisions = play(&mut sim, trickle(0.5), 60.0);
+    // The throttle takes some while the expiries look like removals…
+    let removed: usize = decisions.iter().filter_map(|(_, d)| d.removed.get("api")).map(Vec::len).sum();
+    assert!(removed >= 2, "the throttle had rounds first: {decisions:?}");
+    // …and the empty observation puts them back: the backend ends with its full set.
+    let (_, last) = decisions.last().expect("decisions");
+    assert_eq!(last.refused, vec!["api".to_owned()]);
+    assert_eq!(last.restored.get("api").map(Vec::len), Some(removed), "{decisions:?}");
+    assert_eq!(last.apply, Some(one("api", servers(0..10))));
+    assert_eq!(sim.applied(), servers(0..10));
+    assert_eq!(sim.state.refused(), vec!["api".to_owned()]);
+    assert_eq!(sim.due_secs(), None, "refused once, not re-tried in a loop");
+}
+
+#[test]
+fn with_the_default_hysteresis_a_minute_long_trickle_ends_with_the_full_set() {
+    let mut sim = Sim::new(settings(), servers(0..10));
+    sim.observe(0.0, servers(0..10));
+    // One expiry every 6 s: the first hold ends at 30 s, rounds take servers until 54 s.
+    let decisions = play(&mut sim, trickle(6.0), 600.0);
+    assert!(decisions.iter().any(|(_, d)| d.removed.contains_key("api")), "{decisions:?}");
+    assert_eq!(sim.applied(), servers(0..10), "{decisions:?}");
+}
+
+#[test]
+fn a_shrink_that_finished_is_not_undone_by_a_later_empty_set() {
+    let mut s = settings();
+    s.collect = S;
+    s.hold = S;
+    s.min_apply_interval = Duration::ZERO;
+    let mut sim = Sim::new(s, servers(0..20));
+    sim.observe(0.0, servers(0..20));
+    let decisions = play(&mut sim, vec![(0.0, servers(10..20))], 100.0);
+    assert!(decisions.len() >= 4, "throttled rounds: {decisions:?}");
+    assert_eq!(sim.applied(), servers(10..20), "in step with ZooKeeper again");
+    // Much later every registration goes: the last full set is the 10, not the 20 of before.
+    let decisions = play(&mut sim, vec![(200.0, Servers::new())], 300.0);
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0].1.refused, vec!["api".to_owned()]);
+    assert_eq!(decisions[0].1.apply, None, "nothing put back");
+    assert_eq!(sim.applied(), servers(10..20));
+}
+
+#[test]
+fn servers_added_during_a_run_of_removals_are_kept_when_it_ends_empty() {
+    let mut s = settings();
+    s.collect = S / 2;
+    s.hold = S;
+    s.min_apply_interval = Duration::ZERO;
+    let mut sim = Sim::new(s, servers(0..5));
+    sim.observe(0.0, servers(0..5));
+    // s0 goes, then s1 while s9 arrives; s0's round (at 1 s, s1 still held) adds s9; then
+    // nothing is left.
+    let mut with_s9 = servers(2..5);
+    with_s9.extend(servers(9..10));
+    let observations = vec![(0.0, servers(1..5)), (0.5, with_s9), (1.2, Servers::new())];
+    let decisions = play(&mut sim, observations, 60.0);
+    assert!(decisions.iter().any(|(_, d)| d.removed.get("api") == Some(&vec!["s0".to_owned()])), "{decisions:?}");
+    let mut want = servers(0..5);
+    want.extend(servers(9..10));
+    assert_eq!(sim.applied(), want, "{decisions:?}");
+}
+
+#[test]
+fn a_registration_coming_back_after_a_restore_is_followed_as_usual() {
+    let mut s = settings();
+    s.collect = S / 2;
+    s.hold = S;
+    s.min_apply_interval = Duration::ZERO;
+    let mut sim = Sim::new(s, servers(0..10));
+    sim.observe(0.0, servers(0..10));
+    play(&mut sim, trickle(0.5), 60.0);
+    assert_eq!(sim.applied(), servers(0..10));
+    // Every registrar back: in step, nothing to apply, the refusal lifted.
+    let decisions = play(&mut sim, vec![(100.0, servers(0..10))], 200.0);
+    assert!(decisions.is_empty(), "{decisions:?}");
+    assert!(sim.state.refused().is_empty());
+    // Later all of them go at once: refused, and the 10 kept.
+    let decisions = play(&mut sim, vec![(300.0, Servers::new())], 400.0);
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(sim.applied(), servers(0..10));
+}

@@ -26,6 +26,9 @@ pub use state::{parse_servers_state, RunningServer};
 pub enum Applied {
     /// Runtime commands, this many; no new worker.
     Runtime { commands: usize },
+    /// No command to send, but this many drained servers still hold connections: their `del
+    /// server` waits for the next drift check. Not in step yet.
+    Draining { waiting: usize },
     /// Nothing to do: lb-proxy already runs the file's servers.
     InSync,
 }
@@ -70,7 +73,7 @@ impl Applier {
     /// reloads) on any refused command, except `del server` of a draining server, which waits
     /// for its connections to end.
     pub async fn membership(&self, services: &[Service], sets: &Sets) -> Result<Applied, Error> {
-        let mut commands = 0;
+        let (mut commands, mut waiting) = (0, 0);
         for service in services {
             let Some(wanted) = sets.get(&service.backend) else { continue };
             let backend = &service.backend;
@@ -125,11 +128,18 @@ impl Applier {
                 // Refused while connections remain: the next drift check tries again.
                 match self.runtime(&format!("del server {id}")).await {
                     Ok(_) => commands += 1,
-                    Err(e) => tracing::debug!("{e} (deleted later, once idle)"),
+                    Err(e) => {
+                        tracing::debug!("{e} (deleted later, once idle)");
+                        waiting += 1;
+                    }
                 }
             }
         }
-        Ok(if commands == 0 { Applied::InSync } else { Applied::Runtime { commands } })
+        Ok(match (commands, waiting) {
+            (0, 0) => Applied::InSync,
+            (0, waiting) => Applied::Draining { waiting },
+            (commands, _) => Applied::Runtime { commands },
+        })
     }
 
     /// Reloads lb-proxy, retrying with backoff; the error of the last attempt.
@@ -197,7 +207,84 @@ fn refusal(output: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::refusal;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use lb_testkit::{client, ProxyProcess, TestServer};
+
+    use super::{refusal, Applied, Applier};
+    use crate::config::{NodeFormat, Proxy, Service};
+    use crate::node::Member;
+
+    /// A drained server that a keep-alive client still holds is not "in step": the drift check
+    /// must keep its deletion pending, else the `del server` that finally succeeds is taken
+    /// for lb-proxy drifting from the file (a false warning, seen in scripts/fleet).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_drained_server_still_held_is_draining_not_in_sync() {
+        let web1 = TestServer::start("web1");
+        let web2 = TestServer::start("web2");
+        let addr = web1.addr();
+        let proxy = ProxyProcess::start_with(1, |ports| {
+            format!(
+                "global:\n  worker_threads: 1\n\
+                 defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n\
+                 frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{}\"]\n    default_backend: api\n\
+                 backends:\n  - name: api\n    servers: [ {{ name: web1, address: \"{addr}\" }} ]\n",
+                ports[0]
+            )
+        });
+        // A keep-alive client: lb-proxy pins its server connection to web1 (`http_reuse: never`).
+        let mut held = client::Connection::open(proxy.addr()).await.expect("a client connection");
+        let answer = held.get("/").await.expect("a response");
+        assert_eq!(answer.server(), Some("web1"));
+
+        let applier = Applier {
+            control_socket: proxy.control_socket().to_path_buf(),
+            settings: Proxy {
+                base: proxy.config_path().to_path_buf(),
+                config: proxy.config_path().to_path_buf(),
+                control_socket: None,
+                reload_command: None,
+                runtime: true,
+                reload_retries: 0,
+                reload_timeout: Duration::from_secs(10),
+                drift_check: Duration::from_secs(30),
+            },
+        };
+        let services = [Service {
+            backend: "api".into(),
+            path: "/api".into(),
+            format: NodeFormat::Registrar,
+            record_type: "load_balancer".into(),
+            port: None,
+            check: false,
+            weight: 100,
+            slowstart: None,
+        }];
+        let wanted = BTreeMap::from([("web2".to_owned(), Member { address: web2.addr(), weight: 100 })]);
+        let sets = BTreeMap::from([("api".to_owned(), wanted)]);
+
+        // web2 added and made ready, web1 drained; its deletion refused while the client holds it.
+        let first = applier.membership(&services, &sets).await.expect("runtime commands");
+        assert_eq!(first, Applied::Runtime { commands: 3 });
+        // What the next drift check sees: nothing to send, web1 still there.
+        let again = applier.membership(&services, &sets).await.expect("runtime commands");
+        assert_eq!(again, Applied::Draining { waiting: 1 });
+
+        drop(held);
+        let mut deleted = None;
+        for _ in 0..100 {
+            match applier.membership(&services, &sets).await.expect("runtime commands") {
+                Applied::Draining { .. } => tokio::time::sleep(Duration::from_millis(50)).await,
+                other => {
+                    deleted = Some(other);
+                    break;
+                }
+            }
+        }
+        assert_eq!(deleted, Some(Applied::Runtime { commands: 1 }), "web1 deleted once the client left");
+        assert_eq!(applier.membership(&services, &sets).await.expect("runtime commands"), Applied::InSync);
+    }
 
     #[test]
     fn refusals() {

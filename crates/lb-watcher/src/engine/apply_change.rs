@@ -42,6 +42,11 @@ impl Engine {
             match self.applier.membership(&self.config.services, sets).await {
                 Ok(Applied::InSync) if written == Written::Unchanged => return Ok(("unchanged", summary)),
                 Ok(Applied::InSync) => return Ok(("runtime", format!("{summary}; lb-proxy already in step"))),
+                Ok(Applied::Draining { waiting }) => {
+                    self.pending_deletes = true;
+                    let how = if written == Written::Unchanged { "unchanged" } else { "runtime" };
+                    return Ok((how, format!("{summary}; {waiting} drained servers deleted once idle")));
+                }
                 Ok(Applied::Runtime { commands }) => {
                     Metrics::add(&self.shared.metrics.runtime_applies);
                     self.pending_deletes = true;
@@ -85,6 +90,9 @@ impl Engine {
         }
         match self.applier.membership(&self.config.services, &sets).await {
             Ok(Applied::InSync) => self.pending_deletes = false,
+            // Drained servers still holding connections: the deletions stay pending (their
+            // `del server`, once it succeeds, is not lb-proxy drifting).
+            Ok(Applied::Draining { .. }) => self.pending_deletes = true,
             Ok(Applied::Runtime { commands }) => {
                 if !self.pending_deletes {
                     let file = self.config.proxy.config.display();

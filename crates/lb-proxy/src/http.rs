@@ -9,6 +9,7 @@ mod activity;
 mod body;
 mod errors;
 mod forward;
+pub(crate) mod fuzz;
 mod h2;
 mod headers;
 mod sniff;

@@ -29,6 +29,7 @@
 //! - `runtime`: the runtime commands (HAProxy's CLI: `show stat`, `set server`, `add server` …).
 //! - `counters`, `stats`: traffic counters; `show stat`'s CSV, `show info`, the stats page and
 //!   `/metrics` over HTTP.
+//! - `http::fuzz`, `runtime::fuzz`: entry points for the fuzz targets in `fuzz/` (hidden).
 #![forbid(unsafe_code)]
 
 mod backend;
@@ -56,5 +57,10 @@ pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
 pub use serve::{run, start, start_supervised, Server};
 
+// For the fuzz targets in `fuzz/` only: `proxy_header`, `http_request_head`, `runtime_command`.
+#[doc(hidden)]
+pub use http::fuzz::fuzz_request_head;
 #[doc(hidden)]
 pub use lb_proxy_protocol::fuzz_parse;
+#[doc(hidden)]
+pub use runtime::fuzz::FuzzRuntime;

@@ -13,7 +13,9 @@
 //! - `servers`: the commands that change servers (state, weight, address, health checks, add,
 //!   del, shutdown sessions).
 //! - `process`: the process and its frontends (limits, pausing, counters, version, activity).
+//! - `fuzz`: a state without sockets answering commands, for the fuzzer (`fuzz/runtime_command`).
 
+pub(crate) mod fuzz;
 mod process;
 mod servers;
 #[cfg(test)]

@@ -31,7 +31,7 @@ use crate::fdpass::{self, MAX_FDS_PER_MESSAGE};
 pub(crate) const MAX_PAYLOAD: usize = 16 << 20;
 
 /// Payload length (u32, big-endian), then fd count (u16, big-endian).
-const HEADER_LEN: usize = 6;
+pub(crate) const HEADER_LEN: usize = 6;
 
 /// How much one read asks for. Messages are small; a big one just takes several reads.
 const READ_CHUNK: usize = 16 << 10;
@@ -133,7 +133,7 @@ impl ChannelSender {
 }
 
 /// Header and payload of one message, checked against the limits.
-fn encode<T: Serialize>(msg: &T, fd_count: usize) -> io::Result<Vec<u8>> {
+pub(crate) fn encode<T: Serialize>(msg: &T, fd_count: usize) -> io::Result<Vec<u8>> {
     let fd_count =
         u16::try_from(fd_count).ok().filter(|&n| usize::from(n) <= MAX_FDS_PER_MESSAGE).ok_or_else(|| {
             io::Error::new(

@@ -28,7 +28,7 @@ pub const DEFAULT_SOCKET: &str = "/var/run/lb/lb-proxy.sock";
 
 /// A request line longer than this closes the connection: no request comes close, so it is a
 /// confused or hostile client, and reading on would let it grow our buffer without bound.
-const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 
 /// How long to wait before accepting again when we are out of file descriptors or memory:
 /// retrying at once would spin until a connection somewhere closes.
@@ -162,7 +162,7 @@ where
 }
 
 /// One client: read a line, answer it, until the client closes or misbehaves.
-async fn connection<H, F>(stream: UnixStream, handler: H)
+pub(crate) async fn connection<H, F>(stream: UnixStream, handler: H)
 where
     H: Fn(Request) -> F,
     F: Future<Output = Response>,

@@ -37,6 +37,8 @@
 //! - `addr`, `listen`, `accept`: listening addresses and sockets; accepting on them in a worker.
 //! - `privileges`: dropping to the configured user, resource limits.
 //! - `shutdown`: drain, then stop.
+//! - `fuzz`: the control socket's and the channel's readers fed a peer's bytes, for the fuzz
+//!   targets in `fuzz/` (hidden).
 #![deny(unsafe_code)]
 
 mod accept;
@@ -47,6 +49,8 @@ mod daemon;
 mod entry;
 mod error;
 mod fdpass;
+#[doc(hidden)]
+pub mod fuzz;
 mod lines;
 mod listen;
 mod master;

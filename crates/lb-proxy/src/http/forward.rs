@@ -339,7 +339,7 @@ fn connect_failed(mut ex: Exchange, failure: ConnectFailure) -> Response<Respons
 
 /// `<method> <uri> <version>` for the log: what `format!("{} {} {:?}", method, uri, version)`
 /// writes, in one allocation and without the formatting machinery.
-fn request_line<B>(req: &Request<B>) -> String {
+pub(super) fn request_line<B>(req: &Request<B>) -> String {
     let version = req.version();
     let version = if version == Version::HTTP_11 {
         "HTTP/1.1"
@@ -381,8 +381,13 @@ fn request_line<B>(req: &Request<B>) -> String {
 }
 
 /// Servers get the path and query only, whatever form the client used.
-fn origin_form(uri: &Uri) -> Uri {
-    uri.path_and_query().map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()))
+pub(super) fn origin_form(uri: &Uri) -> Uri {
+    match uri.path_and_query().map(|pq| Uri::from(pq.clone())) {
+        // An absolute URI whose path was only a fragment (`http://h#x`: the parser drops it)
+        // keeps an empty path, which would go out as an empty request target (`GET  HTTP/1.1`).
+        Some(origin) if !origin.path().is_empty() => origin,
+        _ => Uri::from_static("/"),
+    }
 }
 
 #[cfg(test)]
@@ -403,5 +408,24 @@ mod tests {
         let h2 = |uri: &str| Request::builder().uri(uri).version(Version::HTTP_2).body(()).expect("request");
         assert_eq!(request_line(&h2("https://api.example.com/a/b?x=1&y")), "GET /a/b?x=1&y HTTP/2.0");
         assert_eq!(request_line(&h2("https://api.example.com")), "GET / HTTP/2.0");
+    }
+
+    /// Found by the fuzz target `http_request_head`: `GET http://example.com#x HTTP/1.1` went to
+    /// the server as `GET  HTTP/1.1`.
+    #[test]
+    fn origin_form_is_never_empty() {
+        for (uri, origin) in [
+            ("http://example.com#x", "/"),
+            ("http://example#com:8080/p?q", "/"),
+            ("http://example.com", "/"),
+            ("http://h?q", "/?q"),
+            ("http://h/a?b#c", "/a?b"),
+            ("/a/b?x=1", "/a/b?x=1"),
+            ("*", "*"),
+            ("example.com:443", "/"),
+        ] {
+            let uri: Uri = uri.parse().expect("a URI");
+            assert_eq!(origin_form(&uri).to_string(), origin, "{uri}");
+        }
     }
 }

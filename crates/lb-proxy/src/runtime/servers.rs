@@ -141,7 +141,7 @@ fn parse_state(text: &str) -> Option<AdminState> {
 }
 
 /// A weight, or with `%` a share of the configured (`initial`) one, as HAProxy takes it.
-fn parse_weight_for(text: &str, initial: u32) -> Result<u32, String> {
+pub(super) fn parse_weight_for(text: &str, initial: u32) -> Result<u32, String> {
     let Some(percent) = text.strip_suffix('%') else {
         return parse_weight(text);
     };

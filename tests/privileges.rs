@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lb_testkit::lbctl::lbctl;
-use lb_testkit::{bin_path, procfs, TestServer};
+use lb_testkit::{bin_path, procfs, write_config_in, TestServer};
 
 const CAP_NET_BIND_SERVICE: u32 = 10;
 
@@ -48,20 +48,8 @@ async fn workers_of_a_master_with_an_ambient_capability_hold_none() {
     // The master runs as nobody: it must reach its configuration and create its sockets here.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let port = privileged_port();
-    let config = dir.path().join("lb-proxy.yaml");
+    let config = write_config_in(dir.path(), port, server.addr());
     let control = dir.path().join("master.sock");
-    std::fs::write(
-        &config,
-        format!(
-            "global: {{ worker_threads: 1, control_socket: {}, runtime_socket: {} }}\n\
-             frontends: [ {{ name: fe, bind: [\"127.0.0.1:{port}\"], default_backend: be }} ]\n\
-             backends: [ {{ name: be, servers: [ {{ name: s1, address: \"{}\" }} ] }} ]\n",
-            control.display(),
-            dir.path().join("runtime.sock").display(),
-            server.addr()
-        ),
-    )
-    .expect("write config");
     let mut master = Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .args(["--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"])

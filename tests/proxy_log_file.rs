@@ -7,26 +7,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lb_testkit::raw::RawConn;
-use lb_testkit::{bin_path, free_port, procfs, TestServer};
+use lb_testkit::{bin_path, free_port, procfs, write_config_in, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_log_file_is_at_its_size_limit_keeps_serving() {
     let server = TestServer::start("s1");
     let dir = tempfile::tempdir().expect("temp dir");
     let port = free_port();
-    let config = dir.path().join("lb-proxy.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "global: {{ worker_threads: 1, control_socket: {}, runtime_socket: {} }}\n\
-             frontends: [ {{ name: fe, bind: [\"127.0.0.1:{port}\"], default_backend: be }} ]\n\
-             backends: [ {{ name: be, servers: [ {{ name: s1, address: \"{}\" }} ] }} ]\n",
-            dir.path().join("master.sock").display(),
-            dir.path().join("runtime.sock").display(),
-            server.addr()
-        ),
-    )
-    .expect("write config");
+    let config = write_config_in(dir.path(), port, server.addr());
     let log = std::fs::File::create(dir.path().join("access.log")).expect("log file");
     let mut master = Command::new(bin_path("lb-proxy"))
         .arg("-f")

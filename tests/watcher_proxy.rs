@@ -6,20 +6,10 @@ use std::time::Duration;
 
 use lb_testkit::load::{Load, LoadSpec};
 use lb_testkit::zookeeper::{ZkClient, ZkServer};
-use lb_testkit::{client, wait_until, ProxyProcess, TestServer, WatcherProcess};
+use lb_testkit::{client, wait_until, watched_proxy_yaml, ProxyProcess, TestServer, WatcherProcess};
 use tokio::time::Instant;
 
 const DIR: &str = "/com/example/test/api";
-
-fn proxy_yaml(ports: &[u16]) -> String {
-    format!(
-        "global:\n  worker_threads: 1\n\
-         defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n\
-         frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{}\"]\n    default_backend: api\n\
-         backends:\n  - name: api\n    servers: []\n",
-        ports[0]
-    )
-}
 
 /// lb-watcher on `proxy`'s file, its base the file as the proxy started with it (no servers).
 async fn watcher_for(dir: &std::path::Path, proxy: &ProxyProcess, zk: &ZkServer, hysteresis: &str) -> WatcherProcess {
@@ -57,7 +47,7 @@ async fn answered_within(proxy: &ProxyProcess, within: Duration, want: impl Fn(&
 async fn a_registered_server_receives_requests_without_a_new_worker() {
     let zk = ZkServer::start();
     let web1 = TestServer::start("web1");
-    let proxy = ProxyProcess::start_with(1, proxy_yaml);
+    let proxy = ProxyProcess::start_with(1, watched_proxy_yaml);
     let table = proxy.show_proc().await;
     let worker = proxy.current_worker().await.expect("a worker");
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -110,7 +100,7 @@ async fn a_server_deregistering_under_load_costs_no_request_and_no_new_worker() 
     let zk = ZkServer::start();
     let web1 = TestServer::start("web1");
     let web2 = TestServer::start("web2");
-    let proxy = ProxyProcess::start_with(1, proxy_yaml);
+    let proxy = ProxyProcess::start_with(1, watched_proxy_yaml);
     let worker = proxy.current_worker().await.expect("a worker");
     let reloads = proxy.show_proc().await.master.reloads;
     let registrar = ZkClient::connect(&zk.connect_string()).await;
@@ -179,7 +169,7 @@ async fn a_server_that_moves_is_followed_with_set_server_addr_and_no_new_worker(
     let zk = ZkServer::start();
     let old = TestServer::start("old-address");
     let new = TestServer::start("new-address");
-    let proxy = ProxyProcess::start_with(1, proxy_yaml);
+    let proxy = ProxyProcess::start_with(1, watched_proxy_yaml);
     let worker = proxy.current_worker().await.expect("a worker");
     let reloads = proxy.show_proc().await.master.reloads;
     let registrar = ZkClient::connect(&zk.connect_string()).await;

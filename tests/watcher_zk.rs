@@ -8,19 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use lb_testkit::zookeeper::{ZkClient, ZkEnsemble, ZkServer};
-use lb_testkit::{wait_until, Signal, WatcherProcess};
+use lb_testkit::{wait_until, Signal, WatcherProcess, WATCHED_BASE};
 
 const DIR: &str = "/com/example/test/api";
-
-const BASE: &str = "\
-frontends:
-  - name: fe
-    bind: [\"127.0.0.1:9\"]
-    default_backend: api
-backends:
-  - name: api
-    servers: []
-";
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -29,7 +19,7 @@ struct Setup {
 
 fn setup() -> Setup {
     let dir = tempfile::Builder::new().prefix("lb-watcher-test-").tempdir().expect("a temporary directory");
-    std::fs::write(dir.path().join("base.yaml"), BASE).expect("base.yaml");
+    std::fs::write(dir.path().join("base.yaml"), WATCHED_BASE).expect("base.yaml");
     let out = dir.path().join("lb-proxy.yaml");
     Setup { dir, out }
 }
@@ -336,7 +326,7 @@ async fn zookeeper_unreachable_at_start_leaves_the_file_and_keeps_trying() {
     let mut zk = ZkServer::start();
     let s = setup();
     // A file from an earlier run, with a server in it.
-    let earlier = BASE.replace("servers: []", "servers: [{ name: old1, address: \"10.0.0.1:80\" }]");
+    let earlier = WATCHED_BASE.replace("servers: []", "servers: [{ name: old1, address: \"10.0.0.1:80\" }]");
     std::fs::write(&s.out, &earlier).expect("the earlier file");
     zk.kill();
     let watcher = WatcherProcess::start(s.dir.path(), &watcher_yaml(&zk.connect_string(), "4s", QUICK)).await;

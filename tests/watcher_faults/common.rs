@@ -15,16 +15,6 @@ pub(crate) const DIR: &str = "/com/example/test/api";
 /// Debug lines of lb-watcher (one per ZooKeeper snapshot) for the timelines.
 pub(crate) const DEBUG_LOG: &str = "info,lb_watcher::engine=debug,zookeeper_client=warn";
 
-pub(crate) fn proxy_yaml(ports: &[u16]) -> String {
-    format!(
-        "global:\n  worker_threads: 1\n\
-         defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n\
-         frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{}\"]\n    default_backend: api\n\
-         backends:\n  - name: api\n    servers: []\n",
-        ports[0]
-    )
-}
-
 /// lb-watcher's configuration: `config` is the file it writes, `reload` the proxy section's
 /// other keys (`runtime`, `reload_command`, `drift_check`).
 pub(crate) fn watcher_yaml(zk: &str, session_timeout: &str, hysteresis: &str, config: &Path, reload: &str) -> String {

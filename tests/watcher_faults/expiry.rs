@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lb_testkit::zookeeper::{ZkClient, ZkServer};
-use lb_testkit::{bin_path, ProxyProcess, Signal, TestServer, WatcherProcess};
+use lb_testkit::{bin_path, watched_proxy_yaml, ProxyProcess, Signal, TestServer, WatcherProcess};
 
 use crate::common::*;
 
@@ -122,7 +122,7 @@ async fn rig() -> Rig {
     let zk = ZkServer::start();
     let servers: Vec<TestServer> = (0..N).map(|i| TestServer::start(&format!("web{i:02}"))).collect();
     let all: Vec<String> = servers.iter().map(|s| s.name().to_owned()).collect();
-    let proxy = ProxyProcess::start_with(1, proxy_yaml);
+    let proxy = ProxyProcess::start_with(1, watched_proxy_yaml);
     let observer = ZkClient::connect(&zk.connect_string()).await;
     observer.mkdir(DIR).await;
     let dir = tempfile::tempdir().expect("a temporary directory");

@@ -7,19 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lb_testkit::zookeeper::{ZkClient, ZkServer};
-use lb_testkit::{wait_until, WatcherOptions, WatcherProcess};
+use lb_testkit::{wait_until, WatcherOptions, WatcherProcess, WATCHED_BASE};
 
 use crate::common::*;
-
-const BASE: &str = "\
-frontends:
-  - name: fe
-    bind: [\"127.0.0.1:9\"]
-    default_backend: api
-backends:
-  - name: api
-    servers: []
-";
 
 /// lb-watcher writing `dir/lb-proxy.yaml` (no lb-proxy: the reload is `true`).
 pub(crate) async fn file_watcher(dir: &Path, zk: &str, hysteresis: &str, options: &WatcherOptions) -> WatcherProcess {
@@ -34,7 +24,7 @@ pub(crate) async fn file_watcher_at(
     out: &Path,
     options: &WatcherOptions,
 ) -> WatcherProcess {
-    std::fs::write(dir.join("base.yaml"), BASE).expect("base.yaml");
+    std::fs::write(dir.join("base.yaml"), WATCHED_BASE).expect("base.yaml");
     let reload = "  reload_command: [\"true\"]\n  runtime: false\n";
     WatcherProcess::start_with(dir, &watcher_yaml(zk, "4s", hysteresis, out, reload), options).await
 }

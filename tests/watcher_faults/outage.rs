@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use lb_testkit::zookeeper::{ZkClient, ZkEnsemble, ZkServer};
-use lb_testkit::{ProxyProcess, Signal, TestServer, WatcherProcess};
+use lb_testkit::{watched_proxy_yaml, ProxyProcess, Signal, TestServer, WatcherProcess};
 
 use crate::common::*;
 
@@ -27,7 +27,7 @@ struct Rig {
 
 async fn rig(registrar: &ZkClient, connect: &str) -> Rig {
     let servers: Vec<TestServer> = (1..=4).map(|i| TestServer::start(&format!("web{i}"))).collect();
-    let proxy = ProxyProcess::start_with(1, proxy_yaml);
+    let proxy = ProxyProcess::start_with(1, watched_proxy_yaml);
     registrar.mkdir(DIR).await;
     for s in &servers[..3] {
         registrar.register_port(DIR, s.name(), s.addr()).await;

@@ -536,6 +536,23 @@ fn read_lines_unless_paused(
         .expect("spawning a log reader thread")
 }
 
+/// For tests that start lb-proxy themselves (as another user, with its output in a file):
+/// `dir/lb-proxy.yaml` with its control socket `dir/master.sock` and runtime socket
+/// `dir/runtime.sock`, one thread, frontend `fe` on `127.0.0.1:port`, backend `be` with server
+/// `s1` at `server`. Returns the file's path.
+pub fn write_config_in(dir: &Path, port: u16, server: SocketAddr) -> PathBuf {
+    let config = dir.join("lb-proxy.yaml");
+    let yaml = format!(
+        "global: {{ worker_threads: 1, control_socket: {}, runtime_socket: {} }}\n\
+         frontends: [ {{ name: fe, bind: [\"127.0.0.1:{port}\"], default_backend: be }} ]\n\
+         backends: [ {{ name: be, servers: [ {{ name: s1, address: \"{server}\" }} ] }} ]\n",
+        dir.join("master.sock").display(),
+        dir.join("runtime.sock").display(),
+    );
+    std::fs::write(&config, yaml).unwrap_or_else(|e| panic!("writing {}: {e}", config.display()));
+    config
+}
+
 /// The configuration most end-to-end tests start from: `head` (sections such as `global:` and
 /// `defaults:`, written first), frontend `fe` on the first port picked with `frontend` added to it
 /// (YAML lines, may be empty), and backend `be` with one server, `(name, address)`.

@@ -15,6 +15,31 @@ use nix::unistd::Pid;
 
 use crate::{bin_path, free_port, wait_until, wait_until_blocking};
 
+/// lb-watcher's `proxy.base` in the tests: frontend `fe` (never started: lb-watcher only renders
+/// it) sending to backend `api`, which lb-watcher fills.
+pub const WATCHED_BASE: &str = "\
+frontends:
+  - name: fe
+    bind: [\"127.0.0.1:9\"]
+    default_backend: api
+backends:
+  - name: api
+    servers: []
+";
+
+/// The lb-proxy a watcher keeps in step in the tests: one thread, frontend `fe` on the first port
+/// picked, backend `api` empty until the watcher adds servers; keep-alive long enough that a
+/// client's connection outlives a change.
+pub fn watched_proxy_yaml(ports: &[u16]) -> String {
+    format!(
+        "global:\n  worker_threads: 1\n\
+         defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n\
+         frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{}\"]\n    default_backend: api\n\
+         backends:\n  - name: api\n    servers: []\n",
+        ports[0]
+    )
+}
+
 type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
 
 /// How to start lb-watcher, beyond its configuration.

@@ -57,8 +57,9 @@ pub fn supervision(ctx: &mut Checker<'_>, raw: &RawSupervision<'_>, defaults: So
         }),
     };
     let count = |n: i64| usize::try_from(n).ok();
-    Some(Supervision {
-        control_socket: control_socket?,
+    // Every key is checked (and reported) before a missing control socket ends this.
+    let supervision = Supervision {
+        control_socket: PathBuf::new(),
         runtime,
         user: ctx.word(path, "user", raw.user),
         group: ctx.word(path, "group", raw.group),
@@ -71,7 +72,8 @@ pub fn supervision(ctx: &mut Checker<'_>, raw: &RawSupervision<'_>, defaults: So
         worker_start_timeout: ctx
             .duration(path, "worker_start_timeout", raw.worker_start_timeout)
             .unwrap_or(Supervision::DEFAULT_WORKER_START_TIMEOUT),
-    })
+    };
+    Some(Supervision { control_socket: control_socket?, ..supervision })
 }
 
 /// An `IP:port` on loopback, for what is for this host only (`why`, in the message).

@@ -102,3 +102,11 @@ fn metrics_and_runtime_addresses_are_loopback_only_and_not_a_frontend() {
     );
     assert!(e.iter().any(|l| l.contains("global.metrics_address: expected IP:port, got `localhost`")), "{e:?}");
 }
+
+#[test]
+fn a_missing_control_socket_does_not_hide_the_other_global_problems() {
+    let e = errors("global: { worker_threads: 0, user: \"a b\" }\n");
+    assert!(e.iter().any(|l| l.contains("control_socket is required")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("global.worker_threads: must be between 1 and 1024")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("global.user: `a b` must not contain spaces")), "{e:?}");
+}

@@ -20,7 +20,8 @@ fn privileged_port() -> u16 {
 
 /// The capability sets of `pid` (`CapEff`, `CapPrm`, `CapAmb` from /proc), as bit masks.
 fn capabilities(pid: u32) -> [u64; 3] {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
     ["CapEff:", "CapPrm:", "CapAmb:"].map(|field| {
         let line = status.lines().find(|l| l.starts_with(field)).expect("a capability line");
         u64::from_str_radix(line[field.len()..].trim(), 16).expect("hex")
@@ -83,7 +84,13 @@ async fn workers_of_a_master_with_an_ambient_capability_hold_none() {
     })();
     // A reload: the new worker is started the same way.
     let reload = if checked.is_ok() { Some(lbctl(&control, &["reload"]).await) } else { None };
-    let after: Vec<(u32, [u64; 3])> = procfs::live_children_of(pid).into_iter().map(|w| (w, capabilities(w))).collect();
+    // The old worker drains and exits: look at the one left, the new one.
+    let settled = wait_for(Duration::from_secs(10), || procfs::live_children_of(pid).len() == 1);
+    let after: Vec<(u32, [u64; 3])> = if settled {
+        procfs::live_children_of(pid).into_iter().map(|w| (w, capabilities(w))).collect()
+    } else {
+        Vec::new()
+    };
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
     let _ = wait_for(Duration::from_secs(10), || matches!(master.try_wait(), Ok(Some(_))));
     let _ = master.kill();
@@ -91,7 +98,7 @@ async fn workers_of_a_master_with_an_ambient_capability_hold_none() {
     checked.unwrap_or_else(|e| panic!("{e}"));
     let reload = reload.expect("reloaded");
     assert_eq!(reload.code, Some(0), "reload: {reload}");
-    assert!(!after.is_empty(), "a worker after the reload");
+    assert!(settled && !after.is_empty(), "one worker after the reload, the old one gone");
     for (worker, caps) in after {
         assert_eq!(caps, [0, 0, 0], "worker {worker} after the reload: CapEff/CapPrm/CapAmb");
     }

@@ -25,11 +25,29 @@ pub(crate) struct LoadedCert {
     pub(crate) names: Vec<String>,
 }
 
+/// A certificate file (chain and key) or OCSP response larger than this is refused: real ones
+/// are a few KiB, and reading a wrong path whole (`/dev/zero`, a log) must not exhaust memory.
+const MAX_FILE: u64 = 1024 * 1024;
+
+/// `path` read whole, refused past [`MAX_FILE`].
+fn read_capped(path: &Path) -> Result<Vec<u8>, Error> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_FILE + 1).read_to_end(&mut bytes))
+        .map_err(|e| Error::Read { path: path.to_path_buf(), source: e })?;
+    if bytes.len() as u64 > MAX_FILE {
+        let reason = "larger than 1 MiB: not a certificate file".to_owned();
+        return Err(Error::Pem { path: path.to_path_buf(), reason });
+    }
+    Ok(bytes)
+}
+
 /// Reads one certificate entry. Every error names the file.
 pub(crate) fn load(source: &CertSource, warnings: &mut Vec<String>) -> Result<LoadedCert, Error> {
     let path = &source.pem;
     let pem = |reason: String| Error::Pem { path: path.clone(), reason };
-    let bytes = std::fs::read(path).map_err(|e| Error::Read { path: path.clone(), source: e })?;
+    let bytes = read_capped(path)?;
     let mut certs = X509::stack_from_pem(&bytes).map_err(|e| pem(format!("not a PEM certificate file: {e}")))?;
     if certs.is_empty() {
         return Err(pem("no certificate in it".to_owned()));
@@ -65,7 +83,7 @@ pub(crate) fn load(source: &CertSource, warnings: &mut Vec<String>) -> Result<Lo
 
 /// A DER OCSP response, checked to parse.
 fn read_ocsp(path: &Path) -> Result<Vec<u8>, Error> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Read { path: path.to_path_buf(), source: e })?;
+    let bytes = read_capped(path)?;
     OcspResponse::from_der(&bytes)
         .map_err(|e| Error::Ocsp { path: path.to_path_buf(), reason: format!("not a DER OCSP response: {e}") })?;
     Ok(bytes)

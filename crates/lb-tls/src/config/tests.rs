@@ -29,6 +29,15 @@ fn a_missing_certificate_is_named_at_its_entry() {
 }
 
 #[test]
+fn a_certificate_path_that_is_no_file_is_refused_without_reading_it_whole() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls:\n  certificates:\n    - /dev/zero\nbackend: { address: \"127.0.0.1:1\" }\n\
+         frontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert_eq!(e, ["t.yaml:4:7: tls.certificates[0]: /dev/zero: larger than 1 MiB: not a certificate file"]);
+}
+
+#[test]
 fn frontend_settings_are_located_in_the_frontend() {
     let e = errors(
         "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\", write_proxy: v3 }\n\

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lb_testkit::lbctl::lbctl;
-use lb_testkit::{bin_path, procfs, write_config_in, TestServer};
+use lb_testkit::{bin_path, procfs, write_config_in, DaemonChild, TestServer};
 
 const CAP_NET_BIND_SERVICE: u32 = 10;
 
@@ -51,7 +51,7 @@ async fn workers_of_a_master_with_an_ambient_capability_hold_none() {
     let port = privileged_port();
     let config = write_config_in(dir.path(), port, server.addr());
     let control = dir.path().join("master.sock");
-    let mut master = Command::new("setpriv")
+    let master = Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .args(["--inh-caps=+net_bind_service", "--ambient-caps=+net_bind_service"])
         .arg(bin_path("lb-proxy"))
@@ -62,7 +62,9 @@ async fn workers_of_a_master_with_an_ambient_capability_hold_none() {
         .stderr(Stdio::null())
         .spawn()
         .expect("setpriv (util-linux)");
-    let pid = master.id();
+    // Stopped when dropped, however the test ends.
+    let mut master = DaemonChild::new(master);
+    let pid = master.pid();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let serving = wait_for(Duration::from_secs(10), || {
         TcpStream::connect(addr).is_ok() && procfs::live_children_of(pid).len() == 1
@@ -91,10 +93,7 @@ async fn workers_of_a_master_with_an_ambient_capability_hold_none() {
     } else {
         Vec::new()
     };
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
-    let _ = wait_for(Duration::from_secs(10), || matches!(master.try_wait(), Ok(Some(_))));
-    let _ = master.kill();
-    let _ = master.wait();
+    master.stop();
     checked.unwrap_or_else(|e| panic!("{e}"));
     let reload = reload.expect("reloaded");
     assert_eq!(reload.code, Some(0), "reload: {reload}");

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lb_testkit::raw::RawConn;
-use lb_testkit::{bin_path, free_port, procfs, write_config_in, TestServer};
+use lb_testkit::{bin_path, free_port, procfs, write_config_in, DaemonChild, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_log_file_is_at_its_size_limit_keeps_serving() {
@@ -16,7 +16,7 @@ async fn a_worker_whose_log_file_is_at_its_size_limit_keeps_serving() {
     let port = free_port();
     let config = write_config_in(dir.path(), port, server.addr());
     let log = std::fs::File::create(dir.path().join("access.log")).expect("log file");
-    let mut master = Command::new(bin_path("lb-proxy"))
+    let master = Command::new(bin_path("lb-proxy"))
         .arg("-f")
         .arg(&config)
         .stdin(Stdio::null())
@@ -24,7 +24,9 @@ async fn a_worker_whose_log_file_is_at_its_size_limit_keeps_serving() {
         .stderr(Stdio::null())
         .spawn()
         .expect("lb-proxy");
-    let pid = master.id();
+    // Stopped when dropped, however the test ends.
+    let mut master = DaemonChild::new(master);
+    let pid = master.pid();
     let end = Instant::now() + Duration::from_secs(10);
     while procfs::live_children_of(pid).len() != 1 || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < end, "lb-proxy did not start");
@@ -57,13 +59,7 @@ async fn a_worker_whose_log_file_is_at_its_size_limit_keeps_serving() {
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
     let same_worker = procfs::live_children_of(pid) == vec![worker];
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
-    let stopped = Instant::now() + Duration::from_secs(10);
-    while !matches!(master.try_wait(), Ok(Some(_))) && Instant::now() < stopped {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = master.kill();
-    let _ = master.wait();
+    master.stop();
     outcome.unwrap_or_else(|e| panic!("{e}"));
     assert!(same_worker, "the worker was replaced: it died at the file-size limit");
     let size = std::fs::metadata(dir.path().join("access.log")).map(|m| m.len()).unwrap_or(0);

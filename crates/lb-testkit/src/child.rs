@@ -33,24 +33,25 @@ pub(crate) fn log_filter() -> String {
     }
 }
 
-/// A started daemon and, once known, how it exited (reaped once, remembered).
+/// A started daemon and, once known, how it exited (reaped once, remembered). Dropping it stops
+/// the process, however the test ends (a panic included).
 #[derive(Debug)]
-pub(crate) struct DaemonChild {
+pub struct DaemonChild {
     child: Child,
     exit: Option<ExitStatus>,
 }
 
 impl DaemonChild {
-    pub(crate) fn new(child: Child) -> DaemonChild {
+    pub fn new(child: Child) -> DaemonChild {
         DaemonChild { child, exit: None }
     }
 
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends `signal`, unless the process is known to have exited (its pid may be reused).
-    pub(crate) fn kill_with(&self, signal: Signal) {
+    pub fn kill_with(&self, signal: Signal) {
         if self.exit.is_none() {
             if let Ok(pid) = i32::try_from(self.child.id()) {
                 let _ = kill(Pid::from_raw(pid), signal);
@@ -59,7 +60,7 @@ impl DaemonChild {
     }
 
     /// The exit status, if the process has exited (reaps it).
-    pub(crate) fn try_exit(&mut self) -> Option<ExitStatus> {
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
         if self.exit.is_none() {
             self.exit = self.child.try_wait().ok().flatten();
         }
@@ -67,7 +68,7 @@ impl DaemonChild {
     }
 
     /// Stops the process now (SIGTERM, then SIGKILL after a grace) and returns its status.
-    pub(crate) fn stop(&mut self) -> Option<ExitStatus> {
+    pub fn stop(&mut self) -> Option<ExitStatus> {
         if self.try_exit().is_none() {
             self.kill_with(Signal::SIGTERM);
             wait_until_blocking(STOP_GRACE, || self.child.try_wait().ok().flatten().is_some());
@@ -77,6 +78,12 @@ impl DaemonChild {
             }
         }
         self.exit
+    }
+}
+
+impl Drop for DaemonChild {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

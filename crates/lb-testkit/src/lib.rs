@@ -76,6 +76,7 @@ use std::time::{Duration, Instant};
 /// installed: a `python3` found first on PATH, such as pyenv's, does not see Debian's packages.
 pub(crate) const DEBIAN_PYTHON: &str = "/usr/bin/python3";
 
+pub use child::DaemonChild;
 /// Signals for [`ProxyProcess::kill_with`].
 pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, single_backend, write_config_in, ProxyProcess, StartError, StartOptions};

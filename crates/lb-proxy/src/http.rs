@@ -181,17 +181,7 @@ async fn serve_h1(
     let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H1(activity.clone()), &shutdown));
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));
-    let mut builder = http1::Builder::new();
-    // No timer for hyper: the watchdog below owns the header and keep-alive timeouts (hyper's
-    // one timeout mixes both and cannot answer 408), and a timer per request costs.
-    // half_close: a client that shuts down its sending side after its request (`nc -N`, some
-    // scripts and health checkers) still gets its response, as with HAProxy (no
-    // `abortonclose`); hyper's default would drop the request at the FIN.
-    builder
-        .keep_alive(true)
-        .half_close(true)
-        .writev(false)
-        .max_buf_size(fe.config.max_header_size.max(MIN_HEADER_BUFFER));
+    let builder = h1_server_builder(fe.config.max_header_size);
     let conn =
         builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service).with_upgrades();
     tokio::pin!(conn);
@@ -302,4 +292,16 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
     };
     let bytes = Transfer { from_client, to_client: 0 };
     ex.log(bytes);
+}
+
+/// hyper's HTTP/1 server as lb-proxy runs it (and the fuzz target `http_request_head` with it).
+/// No timer for hyper: `serve_h1`'s watchdog owns the header and keep-alive timeouts (hyper's
+/// one timeout mixes both and cannot answer 408), and a timer per request costs. half_close: a
+/// client that shuts down its sending side after its request (`nc -N`, some scripts and health
+/// checkers) still gets its response, as with HAProxy (no `abortonclose`); hyper's default
+/// would drop the request at the FIN.
+pub(crate) fn h1_server_builder(max_header_size: usize) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder.keep_alive(true).half_close(true).writev(false).max_buf_size(max_header_size.max(MIN_HEADER_BUFFER));
+    builder
 }

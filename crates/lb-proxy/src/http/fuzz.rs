@@ -18,13 +18,12 @@ use http::header::{self, HeaderName};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::activity::{Activity, ActivityIo};
-use super::{forward, headers, tunnel, MIN_HEADER_BUFFER};
+use super::{forward, headers, tunnel};
 
 /// lb-config's default `max_header_size`: hyper's buffer and the raw head kept.
 const MAX_HEADER_SIZE: usize = 16 * 1024;
@@ -78,8 +77,7 @@ pub fn fuzz_request_head(bytes: &[u8], read_size: usize) -> Vec<u16> {
         }
     });
     let io = ActivityIo::new(Wire { input, at: 0, read_size: read_size.max(1) }, activity);
-    let mut builder = http1::Builder::new();
-    builder.keep_alive(true).half_close(true).writev(false).max_buf_size(MAX_HEADER_SIZE.max(MIN_HEADER_BUFFER));
+    let builder = super::h1_server_builder(MAX_HEADER_SIZE);
     let conn = builder.serve_connection(TokioIo::new(io), service).with_upgrades();
     // Polled by hand: everything is in memory, so a connection that is pending without having
     // woken itself waits for bytes that will never come, and the input is done. (No runtime:

@@ -60,6 +60,35 @@ async fn content_length_then_transfer_encoding_is_refused() {
     assert!(HttpLogLine::parse(&line).is_some_and(|l| l.status == 400), "{line}");
 }
 
+/// The same conflict pipelined behind requests the proxy serves (one with a chunked body, sent
+/// in one write with it): those are answered, the conflicting one is refused and the connection
+/// closed, and neither it nor what it hides reaches the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_conflict_is_refused_too() {
+    let s1 = TestServer::start("s1");
+    let proxy = start(&s1);
+    let attack = format!(
+        "GET /first HTTP/1.1\r\nHost: x\r\n\r\n\
+         POST /second HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n\
+         POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}"
+    );
+    let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+    conn.send(attack.as_bytes()).await.expect("send");
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        match conn.read_response(Duration::from_secs(10)).await {
+            Ok(r) => statuses.push(r.status),
+            Err(e) => panic!("after {statuses:?}: expected a response: {e:#}"),
+        }
+    }
+    assert_eq!(statuses, [200, 200, 400]);
+    let (rest, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
+    assert!(rest.is_empty(), "more after the refusal: {:?}", String::from_utf8_lossy(&rest));
+    assert_ne!(ending, Ending::Open, "the connection is closed after the refusal");
+    let seen: Vec<String> = s1.requests().iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+    assert_eq!(seen, ["GET /first", "POST /second"], "what reached the server");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_encoding_then_content_length_is_refused() {
     let s1 = TestServer::start("s1");

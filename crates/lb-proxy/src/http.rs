@@ -9,6 +9,7 @@ mod activity;
 mod body;
 mod errors;
 mod forward;
+mod framing;
 pub(crate) mod fuzz;
 mod h2;
 mod headers;
@@ -94,14 +95,17 @@ impl ConnCtx {
     /// guard that keeps its stream counted as open.
     /// `refused`: why the parsed request is refused already, if it is; a refused HTTP/1 request
     /// is captured for `show errors` (HTTP/2's are not: there is no raw head to show).
-    fn request_started(
+    fn request_started<B: hyper::body::Body>(
         &self,
+        req: &hyper::Request<B>,
         has_transfer_encoding: bool,
         refused: Option<&'static str>,
     ) -> (Instant, Option<&'static str>, Option<h2::StreamGuard>) {
         match &self.wire {
             Wire::H1(activity) => {
-                let (first_byte, conflict, head) = activity.request_started(has_transfer_encoding, refused.is_some());
+                let after = framing::After::of(req);
+                let (first_byte, conflict, head) =
+                    activity.request_started(has_transfer_encoding, refused.is_some(), after);
                 if let (Some(reason), Some(head)) = (conflict.or(refused), head) {
                     self.fe.errors.record(self.facts.client, reason.to_owned(), head);
                 }

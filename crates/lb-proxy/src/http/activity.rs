@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use super::framing::{After, RawRequests};
 use crate::counters::Transfer;
 
 /// While draining, an idle connection is closed only after this long without a request.
@@ -48,10 +49,9 @@ struct State {
     /// Bytes read from the client so far, and how many of them a log line has accounted for.
     read: u64,
     read_logged: u64,
-    /// The raw header section of the request being read, for the checks hyper cannot make
-    /// (it silently drops Content-Length when Transfer-Encoding is present).
-    head: Vec<u8>,
-    head_limit: usize,
+    /// The client's bytes cut into requests beside hyper, for the checks hyper cannot make on
+    /// the raw head.
+    raw: RawRequests,
     /// The log line of the last response, written once hyper has flushed it: only then is the
     /// count of bytes sent (head and body, HAProxy's bytes_read) known.
     pending_log: Option<PendingLog>,
@@ -125,12 +125,12 @@ impl Watch {
 }
 
 impl Activity {
-    /// `head_limit`: the frontend's max header size; longer heads are not kept for checking.
+    /// `read_buffer`: hyper's read buffer size (the frontend's max header size, at least 8 KiB).
     /// `request_timeout`, `keep_alive_timeout`: the frontend's `http_request` and
     /// `http_keep_alive`, for [`Watch::deadline`].
     pub(crate) fn new(
         accepted: Instant,
-        head_limit: usize,
+        read_buffer: usize,
         request_timeout: Duration,
         keep_alive_timeout: Duration,
     ) -> Arc<Self> {
@@ -146,8 +146,7 @@ impl Activity {
                 response_base: 0,
                 read: 0,
                 read_logged: 0,
-                head: Vec::new(),
-                head_limit,
+                raw: RawRequests::new(read_buffer),
                 pending_log: None,
                 io_closed: false,
                 unflushed: false,
@@ -204,11 +203,12 @@ impl Activity {
     /// `has_transfer_encoding`: whether the parsed request has `Transfer-Encoding` (hyper keeps
     /// it; without it there is no conflict to look for and the raw head is not parsed again).
     /// `refused`: the request is refused already. A refused request, or one with a conflict,
-    /// hands its raw head back too (for `show errors`).
+    /// hands its raw head back too (for `show errors`). `after`: how hyper frames what follows.
     pub(crate) fn request_started(
         &self,
         has_transfer_encoding: bool,
         refused: bool,
+        after: After,
     ) -> (Instant, Option<&'static str>, Option<Vec<u8>>) {
         // A pipelined request can start before the last response's log was written.
         self.flush_log(false);
@@ -220,20 +220,15 @@ impl Activity {
             s.ending = Ending::No;
         }
         s.response_base = s.written;
-        let conflict = if has_transfer_encoding { framing_conflict(&s.head) } else { None };
-        let refused_head = (refused || conflict.is_some()).then(|| std::mem::take(&mut s.head));
-        s.head.clear();
-        if s.head.capacity() > 2 * MIN_HEAD_CAPACITY {
-            s.head.shrink_to(MIN_HEAD_CAPACITY);
-        }
+        let claimed = s.raw.claim(has_transfer_encoding, refused, after);
         // Busy: no deadline, nothing for the watchdog to do sooner.
         let at = s.first_byte.take().unwrap_or_else(Instant::now);
-        (at, conflict, refused_head)
+        (at, claimed.conflict, claimed.head)
     }
 
     /// The raw head of a request that hyper could not parse (for `show errors`).
     pub(crate) fn take_head(&self) -> Vec<u8> {
-        std::mem::take(&mut self.lock().head)
+        self.lock().raw.take()
     }
 
     /// Write `log` with the bytes sent for the current response once hyper has flushed it.
@@ -344,25 +339,6 @@ impl<S> Drop for ActivityIo<S> {
     }
 }
 
-/// Initial room for a request head; a connection that saw a larger one gives it back after.
-const MIN_HEAD_CAPACITY: usize = 1024;
-
-/// A framing conflict in a raw request head that hyper resolves silently instead of refusing:
-/// Content-Length together with Transfer-Encoding (hyper drops the Content-Length). Two parsers
-/// that resolve it differently are how requests get smuggled, so we refuse it outright.
-fn framing_conflict(head: &[u8]) -> Option<&'static str> {
-    let mut headers = [httparse::EMPTY_HEADER; 128];
-    let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        // Not all here (pipelined behind a body, or longer than we keep): hyper's own checks
-        // and the re-framing of every forwarded body still apply.
-        _ => return None,
-    }
-    let has = |name: &str| request.headers.iter().any(|h| h.name.eq_ignore_ascii_case(name));
-    (has("content-length") && has("transfer-encoding")).then_some("both Content-Length and Transfer-Encoding")
-}
-
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
@@ -385,15 +361,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
         match polled {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
                 s.read += (buf.filled().len() - before) as u64;
-                if !s.in_request {
-                    if s.first_byte.is_none() {
-                        s.first_byte = Some(Instant::now());
-                        this.activity.deadline_changed(&s);
-                    }
-                    let room = s.head_limit.saturating_sub(s.head.len());
-                    let new = &buf.filled()[before..];
-                    s.head.extend_from_slice(&new[..new.len().min(room)]);
+                if !s.in_request && s.first_byte.is_none() {
+                    s.first_byte = Some(Instant::now());
+                    this.activity.deadline_changed(&s);
                 }
+                s.raw.feed(&buf.filled()[before..]);
                 Poll::Ready(Ok(()))
             }
             Poll::Pending if s.ending == Ending::WhenIdle && !s.in_request && s.first_byte.is_none() => {

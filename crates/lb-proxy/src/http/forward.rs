@@ -152,7 +152,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// hyper's service: every request gets a response, never an error (errors are our pages).
 pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<Response<ResponseBody>, Infallible> {
     let (has_te, refused) = headers::framing(&req);
-    let (first_byte, conflict, stream) = ctx.request_started(has_te, refused);
+    let (first_byte, conflict, stream) = ctx.request_started(&req, has_te, refused);
     let mut ex = Exchange {
         ctx: ctx.clone(),
         started: first_byte,

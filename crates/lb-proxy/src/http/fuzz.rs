@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::activity::{Activity, ActivityIo};
+use super::framing::After;
 use super::{forward, headers, tunnel};
 
 /// lb-config's default `max_header_size`: hyper's buffer and the raw head kept.
@@ -116,7 +117,7 @@ impl Wake for Woken {
 /// What `forward::handle` checks before it forwards, with each check checked.
 async fn check(req: Request<Incoming>, activity: &Activity, raw_head: Option<&[u8]>) -> StatusCode {
     let (has_te, refused) = headers::framing(&req);
-    let (_, conflict, _) = activity.request_started(has_te, refused.is_some());
+    let (_, conflict, _) = activity.request_started(has_te, refused.is_some(), After::of(&req));
     let refused = conflict.or(refused);
     if let Some(head) = raw_head {
         assert!(
@@ -240,6 +241,15 @@ mod tests {
             "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}"
         );
         assert_eq!(statuses(&cl_te), [400]);
+        // The same pipelined behind other requests, one with a chunked body (the seed
+        // `pipelined-cl-te` and its like): refused too.
+        let behind = format!(
+            "GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             2\r\nab\r\n0\r\n\r\n{cl_te}"
+        );
+        assert_eq!(statuses(&behind), [200, 200, 400]);
+        let seed = include_bytes!("../../../../fuzz/seeds/http_request_head/pipelined-cl-te");
+        assert_eq!(fuzz_request_head(seed, usize::MAX), [200, 400]);
         assert_eq!(
             statuses("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
             [400]

@@ -256,7 +256,7 @@ fn tls12_clients_without_tickets_resume_from_the_session_cache() {
     assert_eq!(id, Some(""), "no cache, no session ID to resume with: {}", first.text());
 }
 
-/// The TLS 1.2 cipher `s_client` got (from its `Cipher is …` line).
+/// The cipher or TLS 1.3 suite `s_client` got (from its `Cipher is …` line).
 fn cipher(out: &SClient) -> Option<String> {
     let line = out.stdout.lines().find(|l| l.contains(", Cipher is "))?;
     Some(line.rsplit("Cipher is ").next()?.trim().to_owned())
@@ -275,4 +275,11 @@ fn the_servers_cipher_order_wins_by_default_and_the_clients_when_configured() {
     let theirs = start(&certs, echo.addr(), "  prefer_server_ciphers: false");
     let out = hello(&theirs, &["-tls1_2", "-cipher", offer]);
     assert!(cipher(&out).is_some_and(|c| c.contains("AES256")), "the client's order: {}", out.text());
+
+    // TLS 1.3 suites the same way (OpenSSL's clients list AES-256 first, as here).
+    let offer = "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256";
+    let out = hello(&ours, &["-tls1_3", "-ciphersuites", offer]);
+    assert_eq!(cipher(&out).as_deref(), Some("TLS_AES_128_GCM_SHA256"), "our order by default: {}", out.text());
+    let out = hello(&theirs, &["-tls1_3", "-ciphersuites", offer]);
+    assert_eq!(cipher(&out).as_deref(), Some("TLS_AES_256_GCM_SHA384"), "the client's order: {}", out.text());
 }

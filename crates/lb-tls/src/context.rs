@@ -213,6 +213,9 @@ fn configure(
     b.set_options(options);
     library::set_cipher_list(b, &tls.ciphers).map_err(at(&fields.ciphers))?;
     library::set_ciphersuites(b, &tls.ciphersuites).map_err(at(&fields.ciphersuites))?;
+    if tls.prefer_server_ciphers {
+        library::prefer_server_ciphersuites(b, &tls.ciphersuites).map_err(at(&fields.ciphersuites))?;
+    }
     if let Some(curves) = &tls.ecdh_curves {
         b.set_groups_list(curves).map_err(at(&fields.ecdh_curves))?;
     }

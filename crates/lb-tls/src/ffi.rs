@@ -8,7 +8,8 @@
 //!   TLS 1.2 tickets and TLS 1.3 resumption alike), and [`set_session_timeout`] the lifetime a
 //!   ticket or cached session is good for.
 //! - On AWS-LC, what the openssl crate wraps for OpenSSL only: TLS 1.3 suites, the ticket
-//!   count, the OCSP response.
+//!   count, the OCSP response; and the server's order for TLS 1.3 suites
+//!   ([`prefer_server_ciphersuites`]), which AWS-LC does not apply itself.
 //! - Read-ahead ([`set_read_ahead`]), which the openssl crate does not wrap at all.
 #![allow(unsafe_code)]
 
@@ -209,6 +210,87 @@ pub(crate) fn set_ciphersuites(b: &mut SslContextBuilder, suites: &str) -> Resul
     // SAFETY: `b` owns a live SSL_CTX; the string is NUL-terminated and outlives the call, and
     // the library copies what it parses.
     check(unsafe { openssl_sys::SSL_CTX_set_ciphersuites(b.as_ptr(), suites.as_ptr()) })
+}
+
+/// The TLS 1.3 suites AWS-LC knows, by name and by the number a ClientHello lists them with.
+#[cfg(feature = "aws-lc")]
+const TLS13_SUITES: [(&str, u16); 3] =
+    [("TLS_AES_128_GCM_SHA256", 0x1301), ("TLS_AES_256_GCM_SHA384", 0x1302), ("TLS_CHACHA20_POLY1305_SHA256", 0x1303)];
+
+/// A context's TLS 1.3 suites in its own order of preference: the number, and the name
+/// `SSL_set_ciphersuites` takes.
+#[cfg(feature = "aws-lc")]
+struct ServerOrder(Vec<(u16, CString)>);
+
+/// Where each context keeps its [`ServerOrder`].
+#[cfg(feature = "aws-lc")]
+static ORDER_INDEX: OnceLock<Index<SslContext, ServerOrder>> = OnceLock::new();
+
+/// TLS 1.3 suites chosen in the order of `suites` (the context's `ciphersuites`) rather than the
+/// client's. AWS-LC picks TLS 1.3 suites in the client's order whatever
+/// `SSL_OP_CIPHER_SERVER_PREFERENCE` says (OpenSSL honours it for both versions), so a callback
+/// that runs on every ClientHello narrows that connection's TLS 1.3 suites to the first of ours
+/// the client offers, when it is not the one the client lists first anyway. With the default
+/// order, OpenSSL-based clients (which list AES-256-GCM first) get AES-128-GCM, whose key
+/// schedule runs on SHA-256 instead of SHA-384. A name outside [`TLS13_SUITES`] leaves the
+/// choice to the client, as before.
+#[cfg(feature = "aws-lc")]
+pub(crate) fn prefer_server_ciphersuites(b: &mut SslContextBuilder, suites: &str) -> Result<(), ErrorStack> {
+    let mut order = Vec::new();
+    for name in suites.split(':').map(str::trim).filter(|n| !n.is_empty()) {
+        let Some(&(known, id)) = TLS13_SUITES.iter().find(|(known, _)| *known == name) else { return Ok(()) };
+        order.push((id, CString::new(known).unwrap_or_default()));
+    }
+    let index = match ORDER_INDEX.get() {
+        Some(index) => *index,
+        None => {
+            let fresh = SslContext::new_ex_index()?;
+            *ORDER_INDEX.get_or_init(|| fresh)
+        }
+    };
+    b.set_ex_data(index, ServerOrder(order));
+    // SAFETY: `b` owns a live SSL_CTX; the callback is a plain function that lives as long as
+    // the program and only reads the order kept in the context's ex_data.
+    unsafe { openssl_sys::SSL_CTX_set_select_certificate_cb(b.as_ptr(), Some(server_order)) };
+    Ok(())
+}
+
+/// The ClientHello callback of [`prefer_server_ciphersuites`]. It never fails a handshake: with
+/// nothing to narrow, the library chooses as it would have.
+#[cfg(feature = "aws-lc")]
+unsafe extern "C" fn server_order(
+    hello: *const openssl_sys::SSL_CLIENT_HELLO,
+) -> openssl_sys::ssl_select_cert_result_t {
+    let go_on = openssl_sys::ssl_select_cert_result_t_ssl_select_cert_success;
+    let Some(index) = ORDER_INDEX.get() else { return go_on };
+    // SAFETY: the library calls this with the ClientHello it is processing, live for the
+    // call: its `ssl` is the connection, and `cipher_suites` holds `cipher_suites_len` bytes.
+    let (ssl, offered) = unsafe {
+        let hello = &*hello;
+        if hello.cipher_suites.is_null() {
+            return go_on;
+        }
+        (hello.ssl, std::slice::from_raw_parts(hello.cipher_suites, hello.cipher_suites_len))
+    };
+    // SAFETY: `ssl` and its context are live during the handshake; the ex_data slot holds the
+    // `ServerOrder` that `prefer_server_ciphersuites` put there (freed with the context, which
+    // outlives the handshake). SNI has not switched contexts yet: this is the initial one.
+    let order = unsafe {
+        let ctx = openssl_sys::SSL_get_SSL_CTX(ssl);
+        openssl_sys::SSL_CTX_get_ex_data(ctx, index.as_raw()).cast::<ServerOrder>().as_ref()
+    };
+    let Some(ServerOrder(order)) = order else { return go_on };
+    let offered = || offered.chunks_exact(2).map(|id| u16::from_be_bytes([id[0], id[1]]));
+    let ours = order.iter().find(|(id, _)| offered().any(|o| o == *id));
+    let clients = offered().find(|o| order.iter().any(|(id, _)| id == o));
+    if let Some((id, name)) = ours {
+        if clients != Some(*id) {
+            // SAFETY: `ssl` is live; the name is NUL-terminated and the library copies what it
+            // parses. A failure leaves the context's suites, so the client's order decides.
+            unsafe { openssl_sys::SSL_set_ciphersuites(ssl, name.as_ptr()) };
+        }
+    }
+    go_on
 }
 
 /// `SSL_CTX_set_num_tickets` (AWS-LC).

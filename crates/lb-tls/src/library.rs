@@ -52,6 +52,21 @@ pub(crate) fn set_ciphersuites(b: &mut SslContextBuilder, suites: &str) -> Resul
     }
 }
 
+/// TLS 1.3 suites picked in the order of `suites` rather than the client's (with
+/// `prefer_server_ciphers`). OpenSSL does it with `SSL_OP_CIPHER_SERVER_PREFERENCE`, which
+/// AWS-LC applies to TLS 1.2 only.
+pub(crate) fn prefer_server_ciphersuites(b: &mut SslContextBuilder, suites: &str) -> Result<(), ErrorStack> {
+    #[cfg(feature = "aws-lc")]
+    {
+        crate::ffi::prefer_server_ciphersuites(b, suites)
+    }
+    #[cfg(not(feature = "aws-lc"))]
+    {
+        let _ = (b, suites);
+        Ok(())
+    }
+}
+
 /// How many TLS 1.3 tickets a full handshake sends.
 pub(crate) fn set_num_tickets(b: &mut SslContextBuilder, tickets: usize) -> Result<(), ErrorStack> {
     #[cfg(feature = "aws-lc")]

@@ -1,7 +1,7 @@
 //! The ticket callback in real handshakes (a server and a client context of the library in
 //! use, over a socket pair): sessions resume with the same keys, after a rotation (an older key
 //! still decrypts), and never with keys the server does not hold, where the handshake is a full
-//! one. Run under valgrind memcheck as well (docs/operations.md, "the one unsafe module").
+//! one. Run under valgrind memcheck as well (docs/architecture.md, "The one unsafe module").
 
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -32,6 +32,10 @@ fn store(keys: &[u8]) -> Arc<TicketStore> {
 }
 
 fn server(store: Arc<TicketStore>) -> SslContext {
+    server_builder(store).build()
+}
+
+fn server_builder(store: Arc<TicketStore>) -> SslContextBuilder {
     let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).expect("P-256");
     let key = PKey::from_ec_key(EcKey::generate(&group).expect("a key")).expect("a key");
     let mut name = X509NameBuilder::new().expect("a name");
@@ -53,7 +57,7 @@ fn server(store: Arc<TicketStore>) -> SslContext {
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
     super::set_ticket_keys(&mut b, store).expect("ticket keys");
     super::set_session_timeout(&mut b, Duration::from_secs(60));
-    b.build()
+    b
 }
 
 /// One handshake and one byte each way; whether it resumed, and the session to resume next.
@@ -144,4 +148,48 @@ fn aws_lc_calls_accept_good_values_and_refuse_bad_ones() {
     assert!(super::set_ciphersuites(&mut b, "TLS_AES_128_GCM_SHA256\0x").is_err());
     assert!(super::set_num_tickets(&mut b, 1).is_ok());
     assert!(super::set_ocsp_response(&mut b, b"\x30\x03\x0a\x01\x00").is_ok());
+}
+
+/// The TLS 1.3 suite a client that lists `client_suites` gets from `server`.
+#[cfg(feature = "aws-lc")]
+fn tls13_suite(server: &SslContext, client_suites: &str) -> String {
+    let (near, far) = UnixStream::pair().expect("a socket pair");
+    let server = server.clone();
+    let served = std::thread::spawn(move || {
+        let mut tls = Ssl::new(&server).expect("ssl").accept(far).expect("the server's handshake");
+        tls.write_all(b"s").expect("write");
+    });
+    let mut client = SslContextBuilder::new(SslMethod::tls_client()).expect("a client context");
+    client.set_verify(SslVerifyMode::NONE);
+    client.set_min_proto_version(Some(SslVersion::TLS1_3)).expect("min");
+    super::set_ciphersuites(&mut client, client_suites).expect("the client's suites");
+    let mut tls = Ssl::new(&client.build()).expect("ssl").connect(near).expect("the client's handshake");
+    let mut byte = [0; 1];
+    tls.read_exact(&mut byte).expect("read");
+    served.join().expect("the server thread");
+    tls.ssl().current_cipher().expect("a cipher").name().to_owned()
+}
+
+#[cfg(feature = "aws-lc")]
+#[test]
+fn tls13_suites_follow_the_servers_order_when_it_prefers_its_own() {
+    const OURS: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+    const OPENSSL_CLIENTS: &str = "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256";
+    let build = |suites: &str, prefer: bool| {
+        let mut b = server_builder(store(&[1]));
+        super::set_ciphersuites(&mut b, suites).expect("suites");
+        if prefer {
+            super::prefer_server_ciphersuites(&mut b, suites).expect("the server's order");
+        }
+        b.build()
+    };
+    // Without the preference, AWS-LC takes the client's order.
+    assert_eq!(tls13_suite(&build(OURS, false), OPENSSL_CLIENTS), "TLS_AES_256_GCM_SHA384");
+    let ours = build(OURS, true);
+    assert_eq!(tls13_suite(&ours, OPENSSL_CLIENTS), "TLS_AES_128_GCM_SHA256");
+    assert_eq!(tls13_suite(&ours, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"), "TLS_AES_128_GCM_SHA256");
+    // Our first suite not offered: our next one the client has.
+    assert_eq!(tls13_suite(&ours, "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384"), "TLS_AES_256_GCM_SHA384");
+    let chacha_first = build("TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256", true);
+    assert_eq!(tls13_suite(&chacha_first, OPENSSL_CLIENTS), "TLS_CHACHA20_POLY1305_SHA256");
 }

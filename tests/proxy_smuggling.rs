@@ -89,6 +89,28 @@ async fn a_pipelined_conflict_is_refused_too() {
     assert_eq!(seen, ["GET /first", "POST /second"], "what reached the server");
 }
 
+/// An upgrade the server does not grant leaves an HTTP connection: the conflict pipelined behind
+/// it is refused like any other (an `Upgrade` header must not switch the checks off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_behind_a_refused_upgrade_is_refused() {
+    let s1 = TestServer::start("s1");
+    let proxy = start(&s1);
+    let attack = format!(
+        "GET /first HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: x-nothing\r\n\r\n\
+         POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{SMUGGLED}"
+    );
+    let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+    conn.send(attack.as_bytes()).await.expect("send");
+    let first = conn.read_response(Duration::from_secs(10)).await.expect("the first response");
+    assert_eq!(first.status, 200, "the upgrade is not granted: {}", first.text());
+    let second = conn.read_response(Duration::from_secs(10)).await.expect("the second response");
+    assert_eq!(second.status, 400, "{}", second.text());
+    let (_, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
+    assert_ne!(ending, Ending::Open, "the connection is closed after the refusal");
+    let seen: Vec<String> = s1.requests().iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+    assert_eq!(seen, ["GET /first"], "what reached the server");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_encoding_then_content_length_is_refused() {
     let s1 = TestServer::start("s1");

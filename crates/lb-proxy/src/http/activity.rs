@@ -226,6 +226,11 @@ impl Activity {
         (at, claimed.conflict, claimed.head)
     }
 
+    /// The connection is a tunnel from now on: its bytes are no longer requests to check.
+    pub(crate) fn tunnel_began(&self) {
+        self.lock().raw.stop();
+    }
+
     /// The raw head of a request that hyper could not parse (for `show errors`).
     pub(crate) fn take_head(&self) -> Vec<u8> {
         self.lock().raw.take()

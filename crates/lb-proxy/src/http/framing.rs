@@ -10,7 +10,7 @@
 //! starts at the front.
 
 use hyper::body::Body;
-use hyper::{header, Method, Request};
+use hyper::Request;
 
 /// What follows a request's head on the wire, as hyper framed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,18 +19,15 @@ pub(crate) enum After {
     Length(u64),
     /// A chunked body, then the next request.
     Chunked,
-    /// CONNECT or an upgrade: what follows may be a tunnel's bytes, no longer requests.
-    Tunnel,
 }
 
 impl After {
+    /// An upgrade asked for is no tunnel yet: a server may refuse it, and the client's next
+    /// request follows as usual (an attacker's `Upgrade` header must not stop the checks).
+    /// Once a tunnel does begin, [`RawRequests::stop`] ends the following.
     pub(crate) fn of<B: Body>(req: &Request<B>) -> After {
-        if req.method() == Method::CONNECT || req.headers().contains_key(header::UPGRADE) {
-            After::Tunnel
-        } else {
-            // hyper's body knows its length exactly unless it is chunked.
-            req.body().size_hint().exact().map_or(After::Chunked, After::Length)
-        }
+        // hyper's body knows its length exactly unless it is chunked.
+        req.body().size_hint().exact().map_or(After::Chunked, After::Length)
     }
 }
 
@@ -53,8 +50,8 @@ pub(crate) struct RawRequests {
     /// parsed, plus the head being claimed).
     limit: usize,
     skip: Skip,
-    /// Following the stream stopped (a tunnel, a head past the limit, a chunk size we cannot
-    /// read): no more checks here; hyper's own checks still apply, and what it takes for a
+    /// Following the stream stopped (a tunnel began, a head past the limit, a chunk size we
+    /// cannot read): no more checks here; hyper's own checks still apply, and what it takes for a
     /// request after an unreadable body it refuses.
     lost: bool,
 }
@@ -132,10 +129,6 @@ impl RawRequests {
             After::Length(0) => Skip::Nothing,
             After::Length(n) => Skip::Length(n),
             After::Chunked => Skip::Chunked(Chunk::Size(0)),
-            After::Tunnel => {
-                self.lost = true;
-                Skip::Nothing
-            }
         };
         // Body bytes read along with the head.
         while self.skip != Skip::Nothing && !self.pending.is_empty() && !self.lost {
@@ -146,6 +139,13 @@ impl RawRequests {
             self.pending.shrink_to(MIN_CAPACITY);
         }
         Claimed { conflict, head }
+    }
+
+    /// The connection became a tunnel (a 101): its bytes are no longer requests, and none is
+    /// kept from now on.
+    pub(crate) fn stop(&mut self) {
+        self.lost = true;
+        self.pending = Vec::new();
     }
 
     /// The unclaimed bytes: the head of a request hyper could not parse (for `show errors`).

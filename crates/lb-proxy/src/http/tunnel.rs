@@ -50,6 +50,7 @@ pub(crate) fn passes(
 /// client socket is closed (so that its byte count is final).
 pub(crate) async fn run(pending: Pending, activity: &Activity, mut stop: Shutdown) {
     let Pending { mut exchange, client, server, timeout } = pending;
+    activity.tunnel_began();
     let (client, server) = match tokio::try_join!(client, server) {
         Ok(both) => both,
         Err(e) => {

@@ -61,12 +61,21 @@ fn bodies_are_skipped_not_kept() {
 }
 
 #[test]
+fn an_upgrade_refused_is_followed_as_any_request() {
+    // A server may refuse the upgrade: the next request is checked as usual.
+    let input = b"GET / HTTP/1.1\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n\
+        POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(run(input, 5, &[(false, After::Length(0)), (true, After::Chunked)]), [None, CONFLICT]);
+}
+
+#[test]
 fn after_a_tunnel_or_an_overflow_nothing_more_is_followed() {
     let mut raw = RawRequests::new(8192);
     raw.feed(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n");
-    raw.claim(false, false, After::Tunnel);
-    raw.feed(b"POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
-    assert_eq!(raw.claim(true, false, After::Chunked).conflict, None);
+    raw.claim(false, false, After::Length(0));
+    raw.stop();
+    raw.feed(&[0x81; 4096]);
+    assert!(raw.take().is_empty(), "a tunnel's bytes are not kept");
 
     let mut raw = RawRequests::new(100);
     raw.feed(&[b'a'; 150]);

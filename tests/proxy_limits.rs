@@ -1,9 +1,12 @@
 //! Connection limits: at a frontend's (or the global) limit a new connection waits in the
 //! kernel's backlog — connected, unanswered, never reset — until a slot frees; a server's
-//! `max_connections` queues requests instead of exceeding it.
+//! `max_connections` queues requests instead of exceeding it. Body limits: a request body past
+//! the frontend's `max_body_size` is answered 413 and the connection closed, an announced one
+//! before it reaches the server.
 
 use std::time::Duration;
 
+use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::{Ending, RawConn};
 use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
 
@@ -88,4 +91,44 @@ async fn server_max_connections_queues_requests_beyond_it() {
         "requests beyond a server's max_connections wait for it (queued), they do not fail"
     );
     assert_eq!(s1.peak_in_flight(), 1, "the server never had more than max_connections (1) requests at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_max_body_size_is_answered_413() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config("  max_connections: 1000", "    max_body_size: 2k", "", &s1));
+    let addr = proxy.addr();
+
+    // At the limit: served.
+    let body = "a".repeat(2048);
+    let mut conn = RawConn::connect(addr).await.expect("connect");
+    conn.send(format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2048\r\n\r\n{body}")).await.expect("send");
+    let r = conn.read_response(Duration::from_secs(10)).await.expect("a response");
+    assert_eq!(r.status, 200, "a body of max_body_size is served: {}", r.text());
+
+    // Announced past it: refused before the server sees anything, the connection closed.
+    let mut conn = RawConn::connect(addr).await.expect("connect");
+    conn.send("POST /announced HTTP/1.1\r\nHost: x\r\nContent-Length: 2049\r\n\r\n").await.expect("send");
+    let r = conn.read_response(Duration::from_secs(10)).await.expect("a response");
+    assert_eq!(r.status, 413, "{}", r.text());
+    let (_, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
+    assert_ne!(ending, Ending::Open, "the connection is closed: the body was not read");
+    assert_eq!(s1.hits_for("/announced"), 0, "a refused announced body never reaches the server");
+    let line = proxy.wait_for_log(|l| l.contains("/announced")).await;
+    let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
+    assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
+
+    // Chunked, so unannounced: stopped once past the limit.
+    let chunk = format!("400\r\n{}\r\n", "b".repeat(1024));
+    let mut conn = RawConn::connect(addr).await.expect("connect");
+    conn.send(format!("POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{chunk}{chunk}{chunk}"))
+        .await
+        .expect("send");
+    let r = conn.read_response(Duration::from_secs(10)).await.expect("a response");
+    assert_eq!(r.status, 413, "{}", r.text());
+    let (_, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
+    assert_ne!(ending, Ending::Open, "the connection is closed");
+    let line = proxy.wait_for_log(|l| l.contains("/chunked")).await;
+    let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
+    assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
 }

@@ -22,6 +22,8 @@ pub(crate) const MAX_HEADER_SIZE: usize = 16 * 1024;
 /// hyper refuses read buffers smaller than this.
 pub(crate) const MIN_HEADER_SIZE: usize = 8 * 1024;
 pub(crate) const MAX_MAX_HEADER_SIZE: usize = 1024 * 1024;
+/// `max_body_size`'s range: a byte to a terabyte.
+pub(crate) const MAX_BODY_SIZE_RANGE: std::ops::RangeInclusive<usize> = 1..=(1 << 40);
 pub(crate) const CHECK_METHOD: &str = "GET";
 pub(crate) const CHECK_PATH: &str = "/ping";
 pub(crate) const CHECK_STATUS: u16 = 200;

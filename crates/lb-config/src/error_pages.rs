@@ -23,7 +23,7 @@ static BUILT_IN: LazyLock<ErrorPages> = LazyLock::new(ErrorPages::defaults);
 
 impl ErrorPages {
     /// The statuses lb-proxy generates, each of which has a page.
-    pub const STATUSES: [u16; 7] = [400, 403, 408, 500, 502, 503, 504];
+    pub const STATUSES: [u16; 8] = [400, 403, 408, 413, 500, 502, 503, 504];
 
     /// Every status with its built-in JSON page.
     pub fn defaults() -> ErrorPages {
@@ -59,6 +59,7 @@ impl ErrorPage {
             400 => ("Bad Request", "The request could not be understood."),
             403 => ("Forbidden", "Request forbidden by administrative rules."),
             408 => ("Request Timeout", "The request was not received in time."),
+            413 => ("Payload Too Large", "The request body is larger than this service accepts."),
             502 => ("Bad Gateway", "The server returned an invalid or incomplete response."),
             503 => ("Service Unavailable", "No server is available to handle this request."),
             504 => ("Gateway Timeout", "The server didn't respond in time."),
@@ -82,7 +83,7 @@ pub(crate) fn parse_status_key(key: &str) -> Result<u16, String> {
     match key.trim().parse::<u16>() {
         Ok(status) if ErrorPages::STATUSES.contains(&status) => Ok(status),
         _ => Err(format!(
-            "`{key}` is not a status lb-proxy generates: expected one of 400, 403, 408, 500, \
+            "`{key}` is not a status lb-proxy generates: expected one of 400, 403, 408, 413, 500, \
              502, 503, 504"
         )),
     }

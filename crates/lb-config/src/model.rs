@@ -181,6 +181,9 @@ pub struct Frontend {
     pub timeouts: Timeouts,
     /// Largest request header section accepted, in bytes (HTTP mode).
     pub max_header_size: usize,
+    /// Largest request body accepted, in bytes (HTTP mode): a larger one is answered 413;
+    /// `None`: no limit (bodies stream to the server whatever their size).
+    pub max_body_size: Option<usize>,
     /// Add `X-Forwarded-For` and `X-Forwarded-Proto` to requests (HTTP mode).
     pub forward_for: bool,
     /// The response sent for each error status lb-proxy itself produces.
@@ -198,7 +201,7 @@ pub struct Rule {
     pub backend: String,
 }
 
-/// Responses for the statuses lb-proxy generates: 400, 403, 408, 500, 502, 503, 504.
+/// Responses for the statuses lb-proxy generates: 400, 403, 408, 413, 500, 502, 503, 504.
 /// Every one is present: those not configured hold the built-in JSON default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorPages {

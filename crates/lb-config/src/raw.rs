@@ -102,6 +102,8 @@ pub(crate) struct RawDefaults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_header_size: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_body_size: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) forward_for: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeouts: Option<RawTimeouts>,
@@ -147,6 +149,8 @@ pub(crate) struct RawFrontend {
     pub(crate) max_connections: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_header_size: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_body_size: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) forward_for: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]

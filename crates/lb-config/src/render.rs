@@ -121,6 +121,7 @@ fn frontend(f: &Frontend) -> RawFrontend {
         default_backend: f.default_backend.clone(),
         max_connections: f.max_connections.map(count),
         max_header_size: Some(format_size(f.max_header_size)),
+        max_body_size: f.max_body_size.map(format_size),
         forward_for: Some(f.forward_for),
         timeouts: Some(timeouts(&f.timeouts)),
         error_files: error_files(&f.error_pages),

@@ -126,6 +126,7 @@ frontends:
     default_backend: app
     max_header_size: 2m
     max_connections: -1
+    max_body_size: 0
 backends:
   - name: app
     health_check: { rise: 0, fall: 101, interval: 0ms, expect_status: 99, type: http }
@@ -141,13 +142,14 @@ backends:
         "proxy.yaml:7:35: defaults.timeouts.client: must be between 1ms and 24h, got 25h",
         "proxy.yaml:12:22: frontends[0].max_header_size: must be between 8192 and 1048576 bytes, got 2097152",
         "proxy.yaml:13:22: frontends[0].max_connections: must be at least 1, got -1",
-        "proxy.yaml:16:27: backends[0].health_check.rise: must be between 1 and 100, got 0",
-        "proxy.yaml:16:36: backends[0].health_check.fall: must be between 1 and 100, got 101",
-        "proxy.yaml:16:51: backends[0].health_check.interval: must be between 1ms and 24h, got 0ms",
-        "proxy.yaml:16:71: backends[0].health_check.expect_status: must be between 100 and 599, got 99",
-        "proxy.yaml:18:51: backends[0].servers[0].weight: must be between 0 and 256, got 257",
-        "proxy.yaml:18:73: backends[0].servers[0].max_connections: must be at least 1, got 0",
-        "proxy.yaml:18:87: backends[0].servers[0].slowstart: must be between 1ms and 24h, got 86400001ms",
+        "proxy.yaml:14:20: frontends[0].max_body_size: must be between 1 and 1099511627776 bytes, got 0",
+        "proxy.yaml:17:27: backends[0].health_check.rise: must be between 1 and 100, got 0",
+        "proxy.yaml:17:36: backends[0].health_check.fall: must be between 1 and 100, got 101",
+        "proxy.yaml:17:51: backends[0].health_check.interval: must be between 1ms and 24h, got 0ms",
+        "proxy.yaml:17:71: backends[0].health_check.expect_status: must be between 100 and 599, got 99",
+        "proxy.yaml:19:51: backends[0].servers[0].weight: must be between 0 and 256, got 257",
+        "proxy.yaml:19:73: backends[0].servers[0].max_connections: must be at least 1, got 0",
+        "proxy.yaml:19:87: backends[0].servers[0].slowstart: must be between 1ms and 24h, got 86400001ms",
     ];
     assert_eq!(errors(text), expected);
 }

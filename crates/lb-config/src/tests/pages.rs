@@ -67,7 +67,7 @@ fn configured_errorfiles_merge_over_defaults() {
     assert_eq!(https.error_pages.get(504), &ErrorPage::built_in(504));
     let tcp = config.frontend("tcp_in").expect("tcp_in");
     assert_eq!(tcp.error_pages.get(503).body, b"<h1>503 default</h1>\n");
-    assert_eq!(tcp.error_pages.pages.len(), 7);
+    assert_eq!(tcp.error_pages.pages.len(), 8, "a page for every status lb-proxy generates");
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn errorfile_problems_point_at_the_status_key() {
     assert_eq!(
         shown[0],
         "3:5: defaults.error_files.404: `404` is not a status lb-proxy generates: expected one of \
-         400, 403, 408, 500, 502, 503, 504"
+         400, 403, 408, 413, 500, 502, 503, 504"
     );
     assert_eq!(
         shown[1],

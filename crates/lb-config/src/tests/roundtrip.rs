@@ -74,6 +74,7 @@ fn a_hand_built_config_survives_a_round_trip() {
         group: None,
     });
     config.frontends[0].max_header_size = 10_000;
+    config.frontends[0].max_body_size = Some(3 * 1024 * 1024 + 1);
     config.frontends[0].timeouts.client = Duration::from_millis(90_061);
     let backend = &mut config.backends[0];
     backend.name = "0x10".to_owned();

@@ -181,6 +181,19 @@ fn defaults_mode_applies_to_sections_that_do_not_set_one() {
     assert_eq!((f.max_header_size, f.forward_for), (8192, false));
     assert_eq!((b.balance, b.retries, b.redispatch), (Balance::RoundRobin, 0, false));
     assert_eq!(b.http_reuse, HttpReuse::Safe);
+    assert_eq!(f.max_body_size, None, "no body limit unless one is set");
+}
+
+#[test]
+fn max_body_size_comes_from_defaults_unless_a_frontend_sets_its_own() {
+    let config = parse_ok(
+        "defaults: { max_body_size: 10m }\n\
+         frontends: [{ name: f, bind: ['127.0.0.1:1'], default_backend: b },\n\
+                     { name: g, bind: ['127.0.0.1:2'], default_backend: b, max_body_size: 512k }]\n\
+         backends: [{ name: b }]\n",
+    );
+    assert_eq!(config.frontends[0].max_body_size, Some(10 * 1024 * 1024));
+    assert_eq!(config.frontends[1].max_body_size, Some(512 * 1024));
 }
 
 #[test]

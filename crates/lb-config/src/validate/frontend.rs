@@ -1,7 +1,7 @@
 //! One `frontends[i]` entry: binds, settings and routing rules (whose backends are checked in
 //! `links`, once every backend is known).
 
-use super::sections::{error_files, header_size, timeouts, Defaults};
+use super::sections::{body_size, error_files, header_size, timeouts, Defaults};
 use crate::address::parse_listen;
 use crate::check::Checker;
 use crate::error_pages::merged;
@@ -46,6 +46,7 @@ pub(super) fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, d: 
         max_connections: ctx.limit(path, "max_connections", raw.max_connections),
         timeouts: timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), d.timeouts),
         max_header_size: header_size(ctx, path, raw.max_header_size.as_ref()).unwrap_or(d.max_header_size),
+        max_body_size: body_size(ctx, path, raw.max_body_size.as_ref()).or(d.max_body_size),
         forward_for: raw.forward_for.unwrap_or(d.forward_for),
         error_pages: merged(&d.error_pages, files),
         http2: http2(ctx, &child(path, "http2"), raw.http2.as_ref()),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::address::resolve;
 use crate::check::Checker;
-use crate::defaults::{MAX_HEADER_SIZE, MAX_MAX_HEADER_SIZE, MIN_HEADER_SIZE, RETRIES};
+use crate::defaults::{MAX_BODY_SIZE_RANGE, MAX_HEADER_SIZE, MAX_MAX_HEADER_SIZE, MIN_HEADER_SIZE, RETRIES};
 use crate::error_pages::{load_error_file, merged, parse_status_key};
 use crate::locate::child;
 use crate::model::{Balance, ErrorPage, ErrorPages, HttpReuse, Mode, Timeouts};
@@ -20,6 +20,7 @@ pub(super) struct Defaults {
     pub(super) redispatch: bool,
     pub(super) http_reuse: HttpReuse,
     pub(super) max_header_size: usize,
+    pub(super) max_body_size: Option<usize>,
     pub(super) forward_for: bool,
     pub(super) timeouts: Timeouts,
     pub(super) error_pages: ErrorPages,
@@ -40,6 +41,7 @@ pub(super) fn defaults(ctx: &mut Checker<'_>, raw: Option<&RawDefaults>) -> Defa
             .keyword(path, "http_reuse", raw.http_reuse.as_ref(), HttpReuse::KEYWORDS)
             .unwrap_or(HttpReuse::Never),
         max_header_size: header_size(ctx, path, raw.max_header_size.as_ref()).unwrap_or(MAX_HEADER_SIZE),
+        max_body_size: body_size(ctx, path, raw.max_body_size.as_ref()),
         forward_for: raw.forward_for.unwrap_or(true),
         timeouts,
         error_pages: merged(&ErrorPages::defaults(), files),
@@ -52,6 +54,10 @@ pub(super) fn retries(ctx: &mut Checker<'_>, parent: &str, value: Option<i64>) -
 
 pub(super) fn header_size(ctx: &mut Checker<'_>, parent: &str, text: Option<&String>) -> Option<usize> {
     ctx.size(parent, "max_header_size", text, MIN_HEADER_SIZE..=MAX_MAX_HEADER_SIZE)
+}
+
+pub(super) fn body_size(ctx: &mut Checker<'_>, parent: &str, text: Option<&String>) -> Option<usize> {
+    ctx.size(parent, "max_body_size", text, MAX_BODY_SIZE_RANGE)
 }
 
 /// `base` with each timeout given in `raw` replaced.

@@ -22,6 +22,8 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) enum ClientFailure {
     TimedOut,
     Aborted,
+    /// More than the frontend's `max_body_size`.
+    TooLarge,
 }
 
 /// What the handler learns from the request body as it goes: how it failed, if it did, and its
@@ -38,12 +40,15 @@ pub(crate) struct RequestBody {
     inner: Incoming,
     idle: IdleTimer,
     side: Arc<ClientSide>,
+    /// The frontend's `max_body_size` (`u64::MAX`: none).
+    limit: u64,
 }
 
 impl RequestBody {
-    pub(crate) fn new(inner: Incoming, timeout: Duration) -> (Self, Arc<ClientSide>) {
+    pub(crate) fn new(inner: Incoming, timeout: Duration, limit: Option<u64>) -> (Self, Arc<ClientSide>) {
         let side = Arc::new(ClientSide::default());
-        (RequestBody { inner, idle: IdleTimer::new(timeout), side: side.clone() }, side)
+        let limit = limit.unwrap_or(u64::MAX);
+        (RequestBody { inner, idle: IdleTimer::new(timeout), side: side.clone(), limit }, side)
     }
 
     fn fail(&self, why: ClientFailure) {
@@ -63,7 +68,13 @@ impl Body for RequestBody {
             Poll::Ready(Some(Ok(frame))) => {
                 this.idle.activity();
                 if let Some(data) = frame.data_ref() {
-                    this.side.received.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    let before = this.side.received.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    // A body whose length was not announced (chunked, HTTP/2) is stopped once
+                    // past the limit; an announced one was refused before it was read.
+                    if before.saturating_add(data.len() as u64) > this.limit {
+                        this.fail(ClientFailure::TooLarge);
+                        return Poll::Ready(Some(Err("request body larger than max_body_size".into())));
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

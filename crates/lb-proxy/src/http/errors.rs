@@ -1,4 +1,4 @@
-//! The responses lb-proxy writes itself (400, 403, 408, 500, 502, 503, 504), from the frontend's
+//! The responses lb-proxy writes itself (400, 403, 408, 413, 500, 502, 503, 504), from the frontend's
 //! error pages (configured errorfiles or the built-in JSON).
 
 use bytes::Bytes;

@@ -199,7 +199,13 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     }
     parts.uri = origin_form(&parts.uri);
     parts.version = Version::HTTP_11;
-    let (body, client_side) = RequestBody::new(body, ctx.fe.config.timeouts.client);
+    let limit = ctx.fe.config.max_body_size.map(|n| n as u64);
+    // An announced length past the limit is refused before a byte of the body is read (an
+    // `Expect: 100-continue` client then sends none).
+    if limit.is_some_and(|limit| http_body::Body::size_hint(&body).exact().is_some_and(|length| length > limit)) {
+        return Ok(error(ex, 413, *b"PR"));
+    }
+    let (body, client_side) = RequestBody::new(body, ctx.fe.config.timeouts.client, limit);
     if ctx.is_h2() {
         ex.client_side = Some(client_side.clone());
     }
@@ -259,6 +265,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
                         return Ok(match failed {
                             Some(ClientFailure::TimedOut) => error(ex, 408, *b"cD"),
                             Some(ClientFailure::Aborted) => error(ex, 400, *b"CD"),
+                            Some(ClientFailure::TooLarge) => error(ex, 413, *b"PR"),
                             None => error(ex, 502, *b"SH"),
                         });
                     }
@@ -317,7 +324,8 @@ fn error(mut ex: Exchange, status: u16, termination: [u8; 2]) -> Response<Respon
     // A pinned server connection that failed is not trusted again.
     ex.upstream = ex.upstream.take().filter(|_| status < 500 && status != 408);
     let (response, body) = errors::response(&ex.ctx.fe.config.error_pages, status);
-    let close = (matches!(status, 400 | 408) || ex.ctx.shutdown.is_draining()) && !ex.ctx.is_h2();
+    // 413: the rest of the body is not read, so the connection cannot carry another request.
+    let close = (matches!(status, 400 | 408 | 413) || ex.ctx.shutdown.is_draining()) && !ex.ctx.is_h2();
     let (mut parts, ()) = response.into_parts();
     if close {
         parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));

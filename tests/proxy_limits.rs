@@ -118,17 +118,18 @@ async fn a_body_past_max_body_size_is_answered_413() {
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
     assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
 
-    // Chunked, so unannounced: stopped once past the limit.
+    // Chunked, so unannounced: stopped once past the limit (to a server that reads the body
+    // before answering, so that its answer cannot come first).
     let chunk = format!("400\r\n{}\r\n", "b".repeat(1024));
     let mut conn = RawConn::connect(addr).await.expect("connect");
-    conn.send(format!("POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{chunk}{chunk}{chunk}"))
+    conn.send(format!("POST /echo?chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{chunk}{chunk}{chunk}"))
         .await
         .expect("send");
     let r = conn.read_response(Duration::from_secs(10)).await.expect("a response");
     assert_eq!(r.status, 413, "{}", r.text());
     let (_, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
     assert_ne!(ending, Ending::Open, "the connection is closed");
-    let line = proxy.wait_for_log(|l| l.contains("/chunked")).await;
+    let line = proxy.wait_for_log(|l| l.contains("/echo?chunked")).await;
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
     assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
 }

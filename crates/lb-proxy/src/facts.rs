@@ -25,7 +25,7 @@ pub(crate) struct ConnFacts {
     pub(crate) accepted: Instant,
     /// The client as access-log lines write it (`ip:port`), rendered for the first line of the
     /// connection and copied into the next ones, with the address it was rendered for.
-    pub(crate) log_client: OnceLock<(Option<SocketAddr>, Box<str>)>,
+    pub(crate) log_client: OnceLock<(Option<SocketAddr>, String)>,
 }
 
 impl ConnFacts {

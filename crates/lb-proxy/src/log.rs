@@ -10,7 +10,8 @@
 //! `tracing`) at most once per 10 seconds: a slow log reader costs log lines, never latency.
 //!
 //! Layout: `format` renders lines from a record, a time and a time zone (no clock inside, so tests
-//! pin exact lines); `sink` moves rendered lines to their destination.
+//! pin exact lines), with their time stamps from `stamp`; `sink` moves rendered lines to their
+//! destination.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ mod format;
 #[cfg(test)]
 mod regex_tests;
 mod sink;
+mod stamp;
 #[cfg(test)]
 mod tests;
 
@@ -111,11 +113,8 @@ impl Logger {
     /// Opens the destination: starts the stdout writer thread, or the syslog socket. A syslog
     /// Unix socket that does not exist yet is not an error (it is retried, at most once a second).
     pub(crate) fn new(cfg: &Log) -> std::io::Result<Logger> {
-        let ident = Ident {
-            host: cfg.hostname.clone().unwrap_or_else(machine_hostname),
-            tag: cfg.tag.clone(),
-            pid: std::process::id(),
-        };
+        let ident =
+            Ident::new(cfg.hostname.clone().unwrap_or_else(machine_hostname), cfg.tag.clone(), std::process::id());
         let pri = (cfg.facility as u8) * 8 + 6; // severity 6: info
         let (target, sink) = match &cfg.target {
             LogTarget::Stdout => (Target::Line, Sink::stdout(std::io::stdout(), STDOUT_QUEUE)?),

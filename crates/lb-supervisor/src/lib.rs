@@ -37,6 +37,7 @@
 //! - `addr`, `listen`, `accept`: listening addresses and sockets; accepting on them in a worker.
 //! - `privileges`: dropping to the configured user, resource limits.
 //! - `shutdown`: drain, then stop.
+//! - `quiet`: [`Quiet`], a wait beside a connection's work, polled only once woken.
 //! - `fuzz`: the control socket's and the channel's readers fed a peer's bytes, for the fuzz
 //!   targets in `fuzz/` (hidden).
 #![deny(unsafe_code)]
@@ -57,6 +58,7 @@ mod master;
 mod notify;
 mod privileges;
 mod protocol;
+mod quiet;
 pub mod report;
 mod runtime;
 mod secret;
@@ -71,6 +73,7 @@ pub use error::Error;
 pub use lines::{LineWriter, Sent, Trouble};
 pub use listen::{bind_all, bind_one, Listener, Listeners};
 pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};
+pub use quiet::Quiet;
 pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};
 pub use secret::{Secret, SecretSpec};
 pub use shutdown::{channel as shutdown_channel, finish_when_drained, Phase, Shutdown, ShutdownHandle};

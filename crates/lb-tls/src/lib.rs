@@ -28,6 +28,7 @@
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
 //! - `counted`: the backend stream that counts bytes each way.
+//! - `drained`: the client's TLS stream, read only when there may be something to read.
 //! - `stats`: the counters, their hand-over across reloads, and their text (`show stat`,
 //!   `show info`, Prometheus).
 //! - `runtime`: the runtime commands over `stats`; `metrics`: /metrics over HTTP.
@@ -45,6 +46,7 @@ mod conn;
 mod context;
 mod counted;
 mod daemon;
+mod drained;
 mod error;
 mod ffi;
 mod library;

@@ -225,22 +225,30 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         let outcome = {
             let ServerConn { sender, response_timer, .. } = &mut up.conn;
             response_timer.as_mut().reset((sent + timeout).into());
-            let attempt = async {
-                if let Err(e) = sender.ready().await {
-                    return Err((e, Some(req)));
-                }
-                sender.try_send_request(req).await.map_err(|mut e| {
-                    let unsent = e.take_message();
-                    (e.into_error(), unsent)
-                })
-            };
-            let mut attempt = pin!(attempt);
-            // The attempt first: a response that is there wins over a timer that is due.
-            poll_fn(|cx| match attempt.as_mut().poll(cx) {
+            // Polled step by step rather than as one async block owning the request: the request
+            // moves straight into hyper and only the response moves out (each move of a request,
+            // or of a future holding one, copies a few hundred bytes). At each step hyper is
+            // polled before the timer: a response that is there wins over a timer that is due.
+            let ready = poll_fn(|cx| match sender.poll_ready(cx) {
                 Poll::Ready(r) => Poll::Ready(Some(r)),
                 Poll::Pending => response_timer.as_mut().poll(cx).map(|()| None),
             })
-            .await
+            .await;
+            match ready {
+                Some(Ok(())) => {
+                    let mut response = pin!(sender.try_send_request(req));
+                    poll_fn(|cx| match response.as_mut().poll(cx) {
+                        Poll::Ready(r) => Poll::Ready(Some(r.map_err(|mut e| {
+                            let unsent = e.take_message();
+                            (e.into_error(), unsent)
+                        }))),
+                        Poll::Pending => response_timer.as_mut().poll(cx).map(|()| None),
+                    })
+                    .await
+                }
+                Some(Err(e)) => Some(Err((e, Some(req)))),
+                None => None,
+            }
         };
         match outcome {
             Some(Ok(response)) => {

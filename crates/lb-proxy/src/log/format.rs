@@ -8,15 +8,15 @@
 //! is what a syslog daemon writes for the message (RFC 3339 time, host, `tag[pid]:`), or, for
 //! syslog targets, the RFC 3164 header the daemon expects to receive.
 
-use std::cell::Cell;
 use std::fmt::{Display, Write as _};
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use chrono::{DateTime, Datelike, NaiveDateTime, Offset, SecondsFormat, TimeZone, Timelike, Utc};
+use chrono::{DateTime, SecondsFormat, TimeZone};
 use lb_config::{LogFormat, LogHeader};
 use serde_json::{json, Value};
 
+use super::stamp::{datetime, push_accept_date, push_rfc3164_time, push_rfc3339_millis};
 use super::{HttpLog, TcpLog};
 use crate::facts::ConnFacts;
 use crate::text::{push_i64, push_ipv4, push_u64};
@@ -32,9 +32,22 @@ const UNIX_CLIENT: &str = "unix:0";
 /// Who writes the lines: the header's host, tag and pid.
 #[derive(Debug, Clone)]
 pub(super) struct Ident {
-    pub(super) host: String,
-    pub(super) tag: String,
-    pub(super) pid: u32,
+    host: String,
+    tag: String,
+    pid: u32,
+    /// `tag[pid]: `, the same in every line: written once.
+    tag_pid: String,
+}
+
+impl Ident {
+    pub(super) fn new(host: String, tag: String, pid: u32) -> Self {
+        let mut tag_pid = String::with_capacity(tag.len() + 14);
+        tag_pid.push_str(&tag);
+        tag_pid.push('[');
+        push_u64(&mut tag_pid, u64::from(pid));
+        tag_pid.push_str("]: ");
+        Ident { host, tag, pid, tag_pid }
+    }
 }
 
 /// How a message is wrapped for its destination: the header style (`global.log.header`), and
@@ -112,12 +125,7 @@ where
             out.push(' ');
         }
     };
-    let tag_pid = |out: &mut String| {
-        out.push_str(&ident.tag);
-        out.push('[');
-        push_u64(out, u64::from(ident.pid));
-        out.push_str("]: ");
-    };
+    let tag_pid = |out: &mut String| out.push_str(&ident.tag_pid);
     match framing.header {
         LogHeader::Raw | LogHeader::Short => {}
         LogHeader::Rfc3164 => {
@@ -145,30 +153,6 @@ where
             out.push_str(" - - ");
         }
     }
-}
-
-/// `Nov 24 16:26:59`, `Nov  4 …` for single-digit days (RFC 3164's `Mmm dd hh:mm:ss`).
-fn push_rfc3164_time<Tz: TimeZone>(out: &mut String, t: &DateTime<Tz>) {
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    out.push_str(MONTHS[t.month0() as usize % 12]);
-    out.push(' ');
-    if t.day() < 10 {
-        out.push(' ');
-    }
-    push_u64(out, u64::from(t.day()));
-    out.push(' ');
-    push_2(out, t.hour());
-    out.push(':');
-    push_2(out, t.minute());
-    out.push(':');
-    push_2(out, t.second());
-}
-
-fn push_2(out: &mut String, n: u32) {
-    if n < 10 {
-        out.push('0');
-    }
-    push_u64(out, u64::from(n));
 }
 
 /// `<ip>:<port> [<accept date>] <frontend> <backend>/<server> <TR>/<Tw>/<Tc>/<Tr>/<Ta> <status>
@@ -254,9 +238,10 @@ fn common_start<Tz>(
     Tz::Offset: Display,
 {
     let (rendered_for, text) = facts.log_client.get_or_init(|| {
-        let mut text = String::new();
+        // Room for any IPv4 client and its port: the text is written without growing.
+        let mut text = String::with_capacity(24);
         push_client(&mut text, facts.client);
-        (facts.client, text.into())
+        (facts.client, text)
     });
     if *rendered_for == facts.client {
         out.push_str(text);
@@ -380,14 +365,6 @@ where
     datetime(t, tz).to_rfc3339_opts(SecondsFormat::Millis, false)
 }
 
-/// `t` in `tz`; times before 1970 or after 9999 (which no clock gives) are clamped.
-pub(super) fn datetime<Tz: TimeZone>(t: SystemTime, tz: &Tz) -> DateTime<Tz> {
-    const MAX_SECS: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
-    let since_epoch = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = i64::try_from(since_epoch.as_secs().min(MAX_SECS)).unwrap_or_default();
-    Utc.timestamp_opt(secs, since_epoch.subsec_nanos()).single().unwrap_or_default().with_timezone(tz)
-}
-
 /// The two termination characters, `?` for anything that is not printable ASCII.
 fn termination(t: [u8; 2]) -> String {
     t.iter().map(|&b| if b.is_ascii_graphic() { char::from(b) } else { '?' }).collect()
@@ -421,143 +398,6 @@ fn push_joined(out: &mut String, sep: char, numbers: &[i64]) {
         }
         push_i64(out, n);
     }
-}
-
-fn push_digit(out: &mut String, d: u64) {
-    out.push(char::from(b'0' + (d % 10) as u8));
-}
-
-/// `n` (below 10^width) in decimal, zero-padded to `width` digits.
-fn push_padded(out: &mut String, n: u32, width: u32) {
-    if width > 1 {
-        push_padded(out, n / 10, width - 1);
-    }
-    push_digit(out, u64::from(n % 10));
-}
-
-/// Appends a cached rendering (ASCII).
-fn push_ascii(out: &mut String, ascii: &[u8]) {
-    out.push_str(std::str::from_utf8(ascii).unwrap_or_default());
-}
-
-/// Which time stamp prefix a [`PREFIXES`] slot holds.
-const ACCEPT_DATE: usize = 0;
-const RFC3339: usize = 1;
-
-/// A cached time stamp prefix: (local time in whole seconds, offset, its length, its bytes).
-type Prefix = (i64, i32, u8, [u8; 24]);
-
-thread_local! {
-    /// Per kind of time stamp, its rendering up to the seconds. Lines come by the thousand per
-    /// second, all with the same few prefixes: each is rendered once a second.
-    static PREFIXES: Cell<[Option<Prefix>; 2]> = const { Cell::new([None, None]) };
-}
-
-/// Appends the rendering of `t` up to its seconds (as `render` writes it), from the cache of
-/// `slot` when `t` is in the second rendered last. Leap seconds (which share their key with the
-/// second before) and renderings longer than the cache holds are not cached.
-fn push_second_prefix(
-    out: &mut String,
-    slot: usize,
-    t: &NaiveDateTime,
-    offset: i32,
-    render: fn(&mut String, &NaiveDateTime),
-) {
-    if t.nanosecond() >= 1_000_000_000 {
-        render(out, t);
-        return;
-    }
-    let key = t.and_utc().timestamp();
-    PREFIXES.with(|cache| {
-        let mut all = cache.get();
-        if let Some((k, o, len, bytes)) = all[slot] {
-            if k == key && o == offset {
-                push_ascii(out, &bytes[..usize::from(len)]);
-                return;
-            }
-        }
-        let start = out.len();
-        render(out, t);
-        let rendered = &out.as_bytes()[start..];
-        if rendered.len() <= 24 {
-            let mut bytes = [0u8; 24];
-            bytes[..rendered.len()].copy_from_slice(rendered);
-            all[slot] = Some((key, offset, rendered.len() as u8, bytes));
-            cache.set(all);
-        }
-    });
-}
-
-const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-
-/// `%H:%M:%S`, as chrono writes it (a leap second as second 60).
-fn push_time_seconds(out: &mut String, t: &NaiveDateTime) {
-    push_padded(out, t.hour(), 2);
-    out.push(':');
-    push_padded(out, t.minute(), 2);
-    out.push(':');
-    push_padded(out, t.second() + t.nanosecond() / 1_000_000_000, 2);
-}
-
-/// `%.3f` of the seconds, as chrono writes it.
-fn push_millis(out: &mut String, t: &NaiveDateTime) {
-    out.push('.');
-    push_padded(out, t.nanosecond() % 1_000_000_000 / 1_000_000, 3);
-}
-
-/// HAProxy's accept date, `%d/%b/%Y:%H:%M:%S%.3f`.
-fn push_accept_date<Tz>(out: &mut String, t: &DateTime<Tz>)
-where
-    Tz: TimeZone,
-    Tz::Offset: Display,
-{
-    let t = t.naive_local();
-    if !(0..=9999).contains(&t.year()) {
-        // Past 9999 in a zone east of UTC: as chrono writes it (`+10000`).
-        let _ = write!(out, "{}", t.format("%d/%b/%Y:%H:%M:%S%.3f"));
-        return;
-    }
-    push_second_prefix(out, ACCEPT_DATE, &t, 0, |out, t| {
-        push_padded(out, t.day(), 2);
-        out.push('/');
-        out.push_str(MONTHS[t.month0() as usize % 12]);
-        out.push('/');
-        push_padded(out, t.year().unsigned_abs(), 4);
-        out.push(':');
-        push_time_seconds(out, t);
-    });
-    push_millis(out, &t);
-}
-
-/// `t.to_rfc3339_opts(SecondsFormat::Millis, false)`, written directly (no allocation).
-fn push_rfc3339_millis<Tz>(out: &mut String, t: &DateTime<Tz>)
-where
-    Tz: TimeZone,
-    Tz::Offset: Display,
-{
-    let offset = t.offset().fix().local_minus_utc();
-    if offset % 60 != 0 || t.nanosecond() >= 1_000_000_000 || !(0..=9999).contains(&t.naive_local().year()) {
-        // Offsets with seconds (historic zones), leap seconds, years past 9999: as chrono
-        // writes them.
-        out.push_str(&t.to_rfc3339_opts(SecondsFormat::Millis, false));
-        return;
-    }
-    let t = t.naive_local();
-    push_second_prefix(out, RFC3339, &t, offset, |out, t| {
-        push_padded(out, t.year().unsigned_abs(), 4);
-        out.push('-');
-        push_padded(out, t.month(), 2);
-        out.push('-');
-        push_padded(out, t.day(), 2);
-        out.push('T');
-        push_time_seconds(out, t);
-    });
-    push_millis(out, &t);
-    out.push(if offset < 0 { '-' } else { '+' });
-    let minutes = offset.unsigned_abs() / 60;
-    push_padded(out, minutes / 60, 2);
-    out.push(':');
-    push_padded(out, minutes % 60, 2);
 }
 
 /// Writes `s` with HAProxy's log escaping: control bytes, bytes ≥ 0x7f, `"` and `#` as `#XX`
@@ -607,9 +447,10 @@ fn truncate(s: &mut String, max: usize) {
 
 #[cfg(test)]
 mod direct_tests {
-    //! The hand-written date and number formatting against chrono's and `Display`.
+    //! The escaping and the client addresses against `Display`.
     use super::*;
-    use chrono::FixedOffset;
+    use chrono::Utc;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn escape_tables_follow_the_rule() {
@@ -617,44 +458,6 @@ mod direct_tests {
             let rule = !(0x20..0x7f).contains(&b) || b == b'"' || b == b'#';
             assert_eq!(ESCAPED[usize::from(b)], rule, "{b:#x}");
             assert_eq!(ESCAPED_IN_NAMES[usize::from(b)], rule || b == b' ', "{b:#x}");
-        }
-    }
-
-    #[test]
-    fn dates_as_chrono_writes_them() {
-        let offsets = [
-            0,
-            3600,
-            -3600,
-            5 * 3600 + 30 * 60,
-            5 * 3600 + 45 * 60,
-            -(3 * 3600 + 30 * 60),
-            14 * 3600,
-            -12 * 3600,
-            561,
-            -37,
-        ];
-        let times = [
-            0,
-            1,
-            59_999,
-            951_782_400_123,
-            1_234_567_890_655,
-            1_709_210_096_999,
-            4_102_444_799_500,
-            253_402_300_799_999,
-        ];
-        for secs_east in offsets {
-            let tz = FixedOffset::east_opt(secs_east).expect("offset");
-            for ms in times {
-                let t = datetime(UNIX_EPOCH + std::time::Duration::from_millis(ms), &tz);
-                let mut out = String::new();
-                push_rfc3339_millis(&mut out, &t);
-                assert_eq!(out, t.to_rfc3339_opts(SecondsFormat::Millis, false));
-                out.clear();
-                push_accept_date(&mut out, &t);
-                assert_eq!(out, t.format("%d/%b/%Y:%H:%M:%S%.3f").to_string());
-            }
         }
     }
 

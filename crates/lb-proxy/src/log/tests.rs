@@ -32,7 +32,7 @@ pub(super) fn facts(client: Option<&str>) -> ConnFacts {
 }
 
 pub(super) fn ident() -> Ident {
-    Ident { host: "lb1".to_owned(), tag: "haproxy".to_owned(), pid: 4242 }
+    Ident::new("lb1".to_owned(), "haproxy".to_owned(), 4242)
 }
 
 pub(super) fn http<'a>(facts: &'a ConnFacts, request_line: &'a str) -> HttpLog<'a> {

@@ -122,9 +122,11 @@ async fn a_body_past_max_body_size_is_answered_413() {
     // before answering, so that its answer cannot come first).
     let chunk = format!("400\r\n{}\r\n", "b".repeat(1024));
     let mut conn = RawConn::connect(addr).await.expect("connect");
-    conn.send(format!("POST /echo?chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{chunk}{chunk}{chunk}"))
-        .await
-        .expect("send");
+    conn.send(format!(
+        "POST /echo?chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{chunk}{chunk}{chunk}"
+    ))
+    .await
+    .expect("send");
     let r = conn.read_response(Duration::from_secs(10)).await.expect("a response");
     assert_eq!(r.status, 413, "{}", r.text());
     let (_, ending) = conn.read_until_closed(Duration::from_secs(10)).await;

@@ -57,6 +57,8 @@ mod runtime;
 mod serve;
 mod sni;
 mod stats;
+#[cfg(test)]
+mod test_server;
 mod tickets;
 
 pub use config::{

@@ -39,6 +39,12 @@ use lb_supervisor::{Quiet, Shutdown};
 /// hyper's read buffer cannot be smaller than this.
 const MIN_HEADER_BUFFER: usize = 8192;
 
+/// hyper's read buffer for a frontend's `max_header_size`, which the raw-request following in
+/// `framing` is sized from too.
+pub(crate) fn read_buffer(max_header_size: usize) -> usize {
+    max_header_size.max(MIN_HEADER_BUFFER)
+}
+
 /// While a request is served the watchdog looks again after the shorter of `http_request` and
 /// `http_keep_alive`, but not more often than this.
 const BUSY_RECHECK_MIN: Duration = Duration::from_millis(100);
@@ -176,12 +182,8 @@ async fn serve_h1(
     opened: Instant,
 ) {
     let timeouts = fe.config.timeouts;
-    let activity = Activity::new(
-        opened,
-        fe.config.max_header_size.max(MIN_HEADER_BUFFER),
-        timeouts.http_request,
-        timeouts.http_keep_alive,
-    );
+    let activity =
+        Activity::new(opened, read_buffer(fe.config.max_header_size), timeouts.http_request, timeouts.http_keep_alive);
     let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H1(activity.clone()), &shutdown));
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));
@@ -334,6 +336,6 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
 /// would drop the request at the FIN.
 pub(crate) fn h1_server_builder(max_header_size: usize) -> http1::Builder {
     let mut builder = http1::Builder::new();
-    builder.keep_alive(true).half_close(true).writev(false).max_buf_size(max_header_size.max(MIN_HEADER_BUFFER));
+    builder.keep_alive(true).half_close(true).writev(false).max_buf_size(read_buffer(max_header_size));
     builder
 }

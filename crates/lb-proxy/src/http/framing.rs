@@ -220,6 +220,7 @@ fn step(at: Chunk, byte: u8) -> Step {
         },
         Chunk::SizeLine(value) if byte == b'\n' => size_line_end(value),
         Chunk::SizeLine(value) => Step::Next(Chunk::SizeLine(value)),
+        // Never reached: `skip` passes a chunk's data over by its length.
         Chunk::Data(_) => Step::Lost,
         Chunk::DataEnd if byte == b'\n' => Step::Next(Chunk::Size(0)),
         Chunk::DataEnd if byte == b'\r' => Step::Next(Chunk::DataEnd),

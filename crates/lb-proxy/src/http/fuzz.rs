@@ -59,7 +59,12 @@ const MAX_POLLS: usize = 100_000;
 #[doc(hidden)]
 pub fn fuzz_request_head(bytes: &[u8], read_size: usize) -> Vec<u16> {
     let input: Arc<[u8]> = Arc::from(bytes);
-    let activity = Activity::new(Instant::now(), MAX_HEADER_SIZE, Duration::from_secs(10), Duration::from_secs(10));
+    let activity = Activity::new(
+        Instant::now(),
+        super::read_buffer(MAX_HEADER_SIZE),
+        Duration::from_secs(10),
+        Duration::from_secs(10),
+    );
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let (service_input, service_activity, service_statuses) = (input.clone(), activity.clone(), statuses.clone());
     let service = service_fn(move |req: Request<Incoming>| {

@@ -135,3 +135,45 @@ async fn a_body_past_max_body_size_is_answered_413() {
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
     assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
 }
+
+/// The same limit on HTTP/2 streams (prior knowledge, curl): an announced body past it is
+/// refused before the server sees it; an unannounced one is cut once past it. Both answered 413
+/// on the stream and logged `PR--`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_max_body_size_is_answered_413_on_http2_too() {
+    let s1 = TestServer::start("s1");
+    let proxy = ProxyProcess::start_with(1, config("  max_connections: 1000", "    max_body_size: 2k", "", &s1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (small, large) = (dir.path().join("small"), dir.path().join("large"));
+    std::fs::write(&small, "a".repeat(2048)).expect("write");
+    std::fs::write(&large, "b".repeat(3072)).expect("write");
+    let base = format!("http://{}", proxy.addr());
+    let post = |path: &str, file: &std::path::Path, extra: &[&str]| {
+        let data = format!("@{}", file.display());
+        let mut args = vec!["--http2-prior-knowledge", "--data-binary", data.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["-o", "/dev/null", "-w", "%{http_version} %{http_code}"]);
+        lb_testkit::sclient::curl(&format!("{base}{path}"), &args).body
+    };
+
+    assert_eq!(post("/echo?h2-small", &small, &[]), "2 200", "a body of max_body_size is served");
+    assert_eq!(post("/h2-announced", &large, &[]), "2 413", "announced past the limit");
+    assert_eq!(s1.hits_for("/h2-announced"), 0, "a refused announced body never reaches the server");
+    let line = proxy.wait_for_log(|l| l.contains("/h2-announced")).await;
+    let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
+    assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
+
+    // Without content-length: the stream's DATA frames alone say how long the body is (under
+    // the limit, the server sees the body chunked: curl really announced nothing).
+    let data = format!("@{}", small.display());
+    let echoed = lb_testkit::sclient::curl(
+        &format!("{base}/echo?h2-nolength"),
+        &["--http2-prior-knowledge", "--data-binary", data.as_str(), "-H", "content-length:"],
+    )
+    .body;
+    assert!(echoed.contains("\"transfer-encoding\",\"chunked\""), "sent without a length: {echoed}");
+    assert_eq!(post("/echo?h2-unannounced", &large, &["-H", "content-length:"]), "2 413", "cut past the limit");
+    let line = proxy.wait_for_log(|l| l.contains("/echo?h2-unannounced")).await;
+    let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
+    assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
+}

@@ -6,7 +6,7 @@
 //! takes its lock, looks at the value and re-registers with the channel's `Notify` each time: a
 //! few hundred instructions per wake-up, several wake-ups per request. [`Quiet`] gives the wait
 //! a waker of its own, which marks it woken before waking the task; until then, polling it
-//! costs an atomic swap and a look at the task's waker.
+//! costs an uncontended lock (to keep the task's waker current) and an atomic swap.
 
 use std::future::Future;
 use std::pin::Pin;

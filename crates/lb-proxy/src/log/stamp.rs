@@ -33,19 +33,12 @@ where
         }
         push_u64(out, u64::from(t.day()));
         out.push(' ');
-        push_2(out, t.hour());
+        push_padded(out, t.hour(), 2);
         out.push(':');
-        push_2(out, t.minute());
+        push_padded(out, t.minute(), 2);
         out.push(':');
-        push_2(out, t.second());
+        push_padded(out, t.second(), 2);
     });
-}
-
-fn push_2(out: &mut String, n: u32) {
-    if n < 10 {
-        out.push('0');
-    }
-    push_u64(out, u64::from(n));
 }
 
 fn push_digit(out: &mut String, d: u64) {
@@ -224,13 +217,14 @@ mod tests {
             for ms in times {
                 let t = datetime(UNIX_EPOCH + std::time::Duration::from_millis(ms), &tz);
                 let mut out = String::new();
-                push_rfc3339_millis(&mut out, &t);
-                assert_eq!(out, t.to_rfc3339_opts(SecondsFormat::Millis, false));
-                out.clear();
-                push_accept_date(&mut out, &t);
-                assert_eq!(out, t.format("%d/%b/%Y:%H:%M:%S%.3f").to_string());
-                // Twice: rendered, then from the cache.
+                // Twice each: rendered, then from the cache.
                 for _ in 0..2 {
+                    out.clear();
+                    push_rfc3339_millis(&mut out, &t);
+                    assert_eq!(out, t.to_rfc3339_opts(SecondsFormat::Millis, false));
+                    out.clear();
+                    push_accept_date(&mut out, &t);
+                    assert_eq!(out, t.format("%d/%b/%Y:%H:%M:%S%.3f").to_string());
                     out.clear();
                     push_rfc3164_time(&mut out, &t);
                     assert_eq!(out, t.format("%b %e %H:%M:%S").to_string());

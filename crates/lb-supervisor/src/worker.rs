@@ -24,6 +24,10 @@ use crate::{fdpass, privileges, shutdown, ListenAddr, Listener, Listeners};
 /// The environment variable naming the worker's end of its channel to the master.
 pub(crate) const CHANNEL_FD_ENV: &str = "LB_SUPERVISOR_FD";
 
+/// How long a drained worker that owes its successor a snapshot waits for its own
+/// predecessor's counters (they normally follow within milliseconds).
+const OWED_SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
     let channel_fd = match std::env::var(CHANNEL_FD_ENV).ok().and_then(|v| v.parse().ok()) {
         Some(fd) => fd,
@@ -136,14 +140,30 @@ async fn serve<D: Daemon>(
     let snapshot = |runtime: &Option<Arc<dyn runtime::Runtime>>| ToMaster::Snapshot {
         snapshot: runtime.as_ref().and_then(|r| r.snapshot()),
     };
+    // Drained while a snapshot is owed: a worker replaced at once has nothing to drain and can
+    // be done before its predecessor's counters reach it. Exiting then would lose them and its
+    // own for good (its successor waits for a snapshot that never comes), so it waits for them,
+    // for a bounded time.
+    let mut drained = false;
+    let owed = tokio::time::sleep(OWED_SNAPSHOT_WAIT);
+    tokio::pin!(owed);
     loop {
         tokio::select! {
-            _ = &mut done => {
+            _ = &mut done, if !drained => {
+                if snapshot_asked && master_alive {
+                    drained = true;
+                    owed.as_mut().reset(tokio::time::Instant::now() + OWED_SNAPSHOT_WAIT);
+                    continue;
+                }
                 if snapshot_sent && master_alive {
                     if let Some(counts) = runtime.as_ref().and_then(|r| r.late_counts()) {
                         let _ = tx.send(&ToMaster::LateCounts { counts }, &[]).await;
                     }
                 }
+                return Ok(());
+            }
+            () = &mut owed, if drained => {
+                tracing::warn!("exiting without the predecessor's counters, which never came");
                 return Ok(());
             }
             _ = term.recv() => handle.stop(),
@@ -171,6 +191,10 @@ async fn serve<D: Daemon>(
                     inherited = true;
                     if std::mem::take(&mut snapshot_asked) {
                         snapshot_sent = tx.send(&snapshot(&runtime), &[]).await.is_ok();
+                    }
+                    // Drained already: nothing was counted after that snapshot.
+                    if drained {
+                        return Ok(());
                     }
                 }
                 Ok(Some((ToWorker::Proc { id, table }, _))) => link.deliver(id, table),

@@ -1,10 +1,16 @@
 //! Bodies stream through the proxy: a 1 GiB upload and a 1 GiB download pass with the right
-//! byte count while the proxy's peak resident memory stays small.
+//! byte count while the proxy's peak resident memory stays small. And how a response leaves for
+//! the client when the server writes its head and its body apart: together when the head
+//! announced the body's length (one segment, as HAProxy sends it), the head on its own when the
+//! body is late (never held back until it comes), and at once for a chunked stream.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::Method;
 use lb_testkit::{client, single_backend, ProxyProcess, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 const GIB: u64 = 1024 * 1024 * 1024;
 /// The proxy's peak RSS (VmHWM) must stay under this whatever the body size.
@@ -71,4 +77,109 @@ async fn post_upload_with_chunked_body_is_counted() {
     let r = conn.read_response(Duration::from_secs(30)).await.expect("response");
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), (128 * 64 * 1024).to_string());
+}
+
+/// A server that answers each request with `head`, then, `gap` later, `body`; it reports when it
+/// wrote the body.
+async fn server_writing_apart(
+    head: &'static str,
+    gap: Duration,
+    body: &'static str,
+) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Instant>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (wrote, body_written) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let wrote = wrote.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while !request.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut byte).await {
+                        Ok(1) => request.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let _ = stream.set_nodelay(true);
+                let _ = stream.write_all(head.as_bytes()).await;
+                tokio::time::sleep(gap).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+                let _ = wrote.send(Instant::now());
+                let mut rest = [0u8; 64];
+                let _ = stream.read(&mut rest).await; // until the proxy closes
+            });
+        }
+    });
+    (addr, body_written)
+}
+
+/// The client's first read after its request: whatever arrived first, and when.
+async fn first_read(proxy: SocketAddr) -> (String, Instant, TcpStream) {
+    let mut conn = TcpStream::connect(proxy).await.expect("connect");
+    conn.set_nodelay(true).expect("nodelay");
+    conn.write_all(b"GET /apart HTTP/1.1\r\nHost: t\r\n\r\n").await.expect("send");
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+        .await
+        .expect("a response within 10 s")
+        .expect("read");
+    (String::from_utf8_lossy(&buf[..n]).into_owned(), Instant::now(), conn)
+}
+
+fn apart_config(server: SocketAddr) -> impl Fn(&[u16]) -> String {
+    single_backend("defaults:\n  timeouts: { connect: 2s, client: 30s, server: 30s }\n", "", ("s1", server))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_and_its_announced_body_written_apart_reach_the_client_together() {
+    // 50 ms apart: long enough for the proxy to read and forward the head alone, well within
+    // the time the kernel holds a partial segment (at least 200 ms).
+    let (server, _) =
+        server_writing_apart("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Duration::from_millis(50), "hello").await;
+    let proxy = ProxyProcess::start_with(1, apart_config(server));
+    for _ in 0..3 {
+        let (first, _, _) = first_read(proxy.addr()).await;
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        assert!(first.ends_with("\r\n\r\nhello"), "the head came without its body: {first:?}");
+    }
+    let line = proxy.wait_for_log(|l| l.contains("GET /apart")).await;
+    assert!(line.contains(" 200 "), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_body_is_late_is_not_held_until_the_body_comes() {
+    let (server, mut body_written) =
+        server_writing_apart("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", Duration::from_millis(1500), "hello")
+            .await;
+    let proxy = ProxyProcess::start_with(1, apart_config(server));
+    let (first, head_at, mut conn) = first_read(proxy.addr()).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(first.ends_with("\r\n\r\n"), "the head alone first: {first:?}");
+    let written = body_written.recv().await.expect("the server wrote the body");
+    assert!(head_at < written, "the head was held until the body came");
+    let mut body = [0u8; 5];
+    tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut body))
+        .await
+        .expect("the body within 10 s")
+        .expect("read the body");
+    assert_eq!(&body, b"hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_head_goes_at_once() {
+    // A stream of events (chunked, no length) must not wait for its first event: 150 ms apart,
+    // less than the kernel would hold a head sent as "more to come", so a held head would
+    // arrive with the event.
+    let (server, mut body_written) = server_writing_apart(
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        Duration::from_millis(150),
+        "5\r\nevent\r\n0\r\n\r\n",
+    )
+    .await;
+    let proxy = ProxyProcess::start_with(1, apart_config(server));
+    let (first, head_at, _conn) = first_read(proxy.addr()).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let written = body_written.recv().await.expect("the server wrote the event");
+    assert!(head_at < written, "the head of a chunked stream waited for its first chunk: {first:?}");
 }

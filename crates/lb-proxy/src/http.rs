@@ -96,6 +96,14 @@ impl ConnCtx {
         matches!(self.wire, Wire::H2(_))
     }
 
+    /// HTTP/1: where a response body says its head waits for it (HTTP/2 frames its own writes).
+    fn body_due(&self) -> Option<&Arc<body::BodyDue>> {
+        match &self.wire {
+            Wire::H1(activity) => Some(activity.body_due()),
+            Wire::H2(_) => None,
+        }
+    }
+
     /// A request's head is in: when its first byte came, why to refuse it if its raw head shows
     /// a framing conflict (HTTP/1 only: HTTP/2 frames its messages itself), and for HTTP/2 the
     /// guard that keeps its stream counted as open.

@@ -7,7 +7,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 /// An accepted client connection, TCP or Unix.
@@ -60,6 +60,33 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A write after which more of the same message follows at once: over TCP it goes with
+/// `MSG_MORE`, and the kernel holds a last partial segment until the next write, an
+/// acknowledgement from the peer, or at the latest its probe timer (200 ms or more) sends it.
+/// Used for a response head whose body is due (see `http::body::BodyDue`).
+pub(crate) trait SendMore {
+    fn poll_send_more(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>>;
+}
+
+impl SendMore for ClientStream {
+    fn poll_send_more(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Tcp(s) => loop {
+                std::task::ready!(s.poll_write_ready(cx))?;
+                let sent = s.try_io(Interest::WRITABLE, || {
+                    socket2::SockRef::from(&*s).send_vectored_with_flags(bufs, nix::libc::MSG_MORE)
+                });
+                match sent {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    done => return Poll::Ready(done),
+                }
+            },
+            // Nothing to gain on a Unix socket (lb-tls's hop): no segments.
+            ClientStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 }

@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use super::body::BodyDue;
 use super::framing::{After, RawRequests};
 use crate::counters::Transfer;
+use crate::listener::SendMore;
 
 /// While draining, an idle connection is closed only after this long without a request.
 const DRAIN_QUIET: Duration = Duration::from_secs(1);
@@ -27,6 +29,8 @@ const DRAIN_QUIET: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct Activity {
     state: Mutex<State>,
+    /// The response head being written waits for its body: the write tells the kernel so.
+    body_due: Arc<BodyDue>,
     /// Wakes the watchdog when a change brings its deadline before the one its timer is set
     /// for. Later deadlines need no wake-up: the watchdog re-reads the state when its timer
     /// fires, so a request costs no wake-up at all in the usual case.
@@ -125,6 +129,11 @@ impl Watch {
 }
 
 impl Activity {
+    /// For the response bodies of this connection (see [`BodyDue`]).
+    pub(crate) fn body_due(&self) -> &Arc<BodyDue> {
+        &self.body_due
+    }
+
     /// `read_buffer`: hyper's read buffer size (the frontend's max header size, at least 8 KiB).
     /// `request_timeout`, `keep_alive_timeout`: the frontend's `http_request` and
     /// `http_keep_alive`, for [`Watch::deadline`].
@@ -135,6 +144,7 @@ impl Activity {
         keep_alive_timeout: Duration,
     ) -> Arc<Self> {
         Arc::new(Activity {
+            body_due: Arc::default(),
             state: Mutex::new(State {
                 in_request: false,
                 idle_since: accepted,
@@ -387,10 +397,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for ActivityIo<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for ActivityIo<S> {
+impl<S: AsyncWrite + SendMore + Unpin> AsyncWrite for ActivityIo<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        let r = if this.activity.body_due.is_due() {
+            Pin::new(&mut this.io).poll_send_more(cx, &[io::IoSlice::new(buf)])
+        } else {
+            Pin::new(&mut this.io).poll_write(cx, buf)
+        };
         this.count_written(&r);
         r
     }
@@ -401,7 +415,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ActivityIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        let r = if this.activity.body_due.is_due() {
+            Pin::new(&mut this.io).poll_send_more(cx, bufs)
+        } else {
+            Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+        };
         this.count_written(&r);
         r
     }

@@ -298,7 +298,10 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     ex.upstream = Some(up);
-    let body = ResponseBody::upstream(body, timeout, Box::new(ex));
+    let mut body = ResponseBody::upstream(body, timeout, Box::new(ex));
+    if let Some(due) = ctx.body_due() {
+        body = body.telling(due.clone());
+    }
     Ok(Response::from_parts(parts, body))
 }
 

@@ -212,6 +212,12 @@ impl AsyncRead for Wire {
     }
 }
 
+impl crate::listener::SendMore for Wire {
+    fn poll_send_more(self: Pin<&mut Self>, _: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()))
+    }
+}
+
 impl AsyncWrite for Wire {
     fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Poll::Ready(Ok(buf.len()))

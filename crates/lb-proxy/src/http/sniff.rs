@@ -76,6 +76,12 @@ impl AsyncRead for Prefixed {
     }
 }
 
+impl crate::listener::SendMore for Prefixed {
+    fn poll_send_more(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_send_more(cx, bufs)
+    }
+}
+
 impl AsyncWrite for Prefixed {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lb_testkit::log::HttpLogLine;
 use lb_testkit::raw::{Ending, RawConn};
 use lb_testkit::{single_backend, wait_until, ProxyProcess, TestServer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 const WITHIN: Duration = Duration::from_secs(10);
@@ -78,13 +78,8 @@ async fn resetting_server() -> SocketAddr {
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
+                if lb_testkit::raw::read_request_head(&mut stream).await.is_none() {
+                    return;
                 }
                 let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n").await;
                 let _ = stream.write_all(&[b'y'; 1000]).await;

@@ -93,13 +93,8 @@ async fn server_writing_apart(
         while let Ok((mut stream, _)) = listener.accept().await {
             let wrote = wrote.clone();
             tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut byte = [0u8; 1];
-                while !request.ends_with(b"\r\n\r\n") {
-                    match stream.read(&mut byte).await {
-                        Ok(1) => request.push(byte[0]),
-                        _ => return,
-                    }
+                if lb_testkit::raw::read_request_head(&mut stream).await.is_none() {
+                    return;
                 }
                 let _ = stream.set_nodelay(true);
                 let _ = stream.write_all(head.as_bytes()).await;

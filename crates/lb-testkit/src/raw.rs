@@ -1,6 +1,7 @@
 //! Hand-written bytes on a TCP connection: malformed requests, request smuggling attempts,
 //! PROXY protocol headers (built here byte by byte, independently of lb-proxy's parser), and a
-//! small HTTP/1.x response reader that says exactly what came back and how the connection ended.
+//! small HTTP/1.x response reader that says exactly what came back and how the connection ended;
+//! for hand-written servers, a request-head reader.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -218,6 +219,20 @@ impl RawConn {
         while let Ok(true) = self.fill(deadline).await {}
         std::mem::take(&mut self.buf)
     }
+}
+
+/// A hand-written server's side: reads one request head, byte by byte (so that nothing after it
+/// is taken), up to its blank line. `None` if the connection ends first.
+pub async fn read_request_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(head)
 }
 
 /// A PROXY protocol v1 header: `PROXY TCP4 src dst sport dport\r\n` (TCP6 for IPv6).

@@ -130,6 +130,7 @@ async fn reloads_under_a_multiplexing_load_lose_no_stream() {
     let addr = proxy.addr();
     let (done, failed, refused) =
         (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let kinds = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<&'static str, usize>::new()));
     let end = Instant::now() + Duration::from_secs(4);
     // Ten clients, each with ten streams at a time on one connection; a client whose connection
     // said GOAWAY opens the next one, as browsers do. A stream that never left the client (its
@@ -137,7 +138,7 @@ async fn reloads_under_a_multiplexing_load_lose_no_stream() {
     // the server's own count shows none of them reached it; anything else but a 200 fails.
     let clients: Vec<_> = (0..10)
         .map(|_| {
-            let (done, failed, refused) = (done.clone(), failed.clone(), refused.clone());
+            let (done, failed, refused, kinds) = (done.clone(), failed.clone(), refused.clone(), kinds.clone());
             tokio::spawn(async move {
                 while Instant::now() < end {
                     let Ok(conn) = H2Connection::open(addr).await else {
@@ -156,7 +157,12 @@ async fn reloads_under_a_multiplexing_load_lose_no_stream() {
                                 Ok(r) if r.status == 200 => done.fetch_add(1, Ordering::Relaxed),
                                 // Never sent (the connection had said GOAWAY), or refused
                                 // unprocessed: a browser sends it again on its next connection.
-                                Err(e) if unprocessed(&e) => refused.fetch_add(1, Ordering::Relaxed),
+                                Err(e) if unprocessed(&e) => {
+                                    // Which kind, for the failure message: if the server's
+                                    // count disagrees, one of these kinds was not unprocessed.
+                                    *kinds.lock().expect("kinds").entry(unprocessed_kind(&e)).or_insert(0) += 1;
+                                    refused.fetch_add(1, Ordering::Relaxed)
+                                }
                                 other => {
                                     eprintln!("failed stream: {other:?}");
                                     failed.fetch_add(1, Ordering::Relaxed)
@@ -184,7 +190,12 @@ async fn reloads_under_a_multiplexing_load_lose_no_stream() {
     assert!(done > 1000, "{done}");
     assert_eq!(failed, 0, "not one stream lost through {reloads} reloads");
     let reached = s1.requests().iter().filter(|r| r.path == "/").count();
-    assert_eq!(reached, done, "every stream that reached the server was answered, none twice");
+    assert_eq!(
+        reached,
+        done,
+        "every stream that reached the server was answered, none twice (unprocessed, by kind: {:?})",
+        kinds.lock().expect("kinds")
+    );
 }
 
 /// A stream the server never processed (RFC 9113 §6.8): hyper's client never sent it (its
@@ -192,10 +203,16 @@ async fn reloads_under_a_multiplexing_load_lose_no_stream() {
 /// named ("connection error received: not a result of an error" is GOAWAY's NO_ERROR), or the
 /// server refused it (REFUSED_STREAM). The test's server-side count checks the claim.
 fn unprocessed(e: &anyhow::Error) -> bool {
+    !unprocessed_kind(e).is_empty()
+}
+
+/// Which of [`unprocessed`]'s kinds `e` is ("" if none).
+fn unprocessed_kind(e: &anyhow::Error) -> &'static str {
     let text = format!("{e:#}");
     ["operation was canceled", "not ready", "REFUSED_STREAM", "not a result of an error"]
-        .iter()
-        .any(|s| text.contains(s))
+        .into_iter()
+        .find(|s| text.contains(s))
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -211,6 +211,10 @@ async fn serve<D: Daemon>(
                     // The master is gone: nobody can hand our sockets on, so drain and exit.
                     tracing::warn!("master gone: draining");
                     master_alive = false;
+                    // Drained already and waiting for counters only the master could bring.
+                    if drained {
+                        return Ok(());
+                    }
                     handle.drain();
                 }
             },

@@ -222,6 +222,11 @@ impl Body for ResponseBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        // The head waits only until the body is polled again (then its bytes, its end or its
+        // failure go out); only a Pending before the first byte sets it anew.
+        if this.sent == 0 {
+            this.body_due(false);
+        }
         let polled = match &mut this.source {
             Source::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Source::Upstream { inner, idle } => match Pin::new(&mut *inner).poll_frame(cx) {
@@ -230,14 +235,12 @@ impl Body for ResponseBody {
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    this.body_due(false);
                     this.finish(BodyEnd::ServerError);
                     return Poll::Ready(Some(Err(e.into())));
                 }
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => {
                     if idle.expired(cx) {
-                        this.body_due(false);
                         this.finish(BodyEnd::ServerTimeout);
                         return Poll::Ready(Some(Err("server timeout while sending the response body".into())));
                     }
@@ -248,9 +251,6 @@ impl Body for ResponseBody {
                 }
             },
         };
-        if polled.is_ready() {
-            this.body_due(false);
-        }
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {

@@ -8,6 +8,7 @@
 
 mod actions;
 mod cond;
+pub(crate) mod fuzz;
 mod patterns;
 mod template;
 #[cfg(test)]

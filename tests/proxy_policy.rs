@@ -272,7 +272,20 @@ async fn a_public_api_edge() {
     // The capture block in the httplog line, as halog reads it.
     let line = proxy.wait_for_log(|l| l.contains("{curl-policy-test")).await;
     assert!(line.contains(" {curl-policy-test} \"GET /echo HTTP/1.1\""), "{line}");
-    assert_eq!(halog(&["-hdr", "1:1"], &[line]).trim(), "curl-policy-test");
+    assert_eq!(halog(&["-hdr", "1:1"], &[line.clone()]).trim(), "curl-policy-test");
+    // And as haproxy-log-analysis reads it (PyPI; scripts/install-deps test installs it).
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/pyenv/bin/python");
+    let script = "import sys\nfrom haproxy.line import parse_line\nl = parse_line(sys.stdin.read().strip())\n\
+                  print(l.is_valid, l.captured_request_headers, l.http_request_path, l.status_code)";
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} (scripts/install-deps test installs it): {e}", python.display()));
+    child.stdin.take().expect("stdin").write_all(line.as_bytes()).expect("to python");
+    let parsed = String::from_utf8_lossy(&child.wait_with_output().expect("python").stdout).into_owned();
+    assert_eq!(parsed.trim(), "True curl-policy-test /echo 200");
 
     // Every rule's hits.
     let rules = proxy.runtime("show rules public");

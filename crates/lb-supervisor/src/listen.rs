@@ -23,6 +23,8 @@ const BACKLOG: i32 = 4096;
 pub enum Listener {
     Tcp(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener),
+    /// An unconnected UDP socket (QUIC's frontend); it has no `accept`, its daemon reads it.
+    Udp(std::net::UdpSocket),
 }
 
 /// Every listening socket a serving process uses, each named by its address.
@@ -58,6 +60,7 @@ impl Listeners {
         self.sockets.iter().find(|(a, _)| a == address).and_then(|(_, l)| match l {
             Listener::Tcp(t) => t.local_addr().ok(),
             Listener::Unix(_) => None,
+            Listener::Udp(u) => u.local_addr().ok(),
         })
     }
 
@@ -90,8 +93,10 @@ pub fn bind_all(addresses: &[ListenAddr]) -> Result<Listeners, crate::Error> {
 }
 
 /// Bind one address: TCP with `SO_REUSEADDR` (and v6-only for IPv6, so `[::]` and `0.0.0.0` can
-/// both be bound), or a Unix socket path (a stale socket file left by a dead process is replaced;
-/// a live one is an error).
+/// both be bound), a Unix socket path (a stale socket file left by a dead process is replaced;
+/// a live one is an error), or UDP, also with `SO_REUSEADDR`: a QUIC worker binds one connected
+/// socket per connection to the same address, which the kernel prefers over this one for that
+/// client's datagrams, so a connection stays with the worker that owns it across reloads.
 pub fn bind_one(address: &ListenAddr) -> io::Result<Listener> {
     match address {
         ListenAddr::Tcp(addr) => {
@@ -104,6 +109,16 @@ pub fn bind_one(address: &ListenAddr) -> io::Result<Listener> {
             socket.listen(BACKLOG)?;
             socket.set_nonblocking(true)?;
             Ok(Listener::Tcp(socket.into()))
+        }
+        ListenAddr::Udp(addr) => {
+            let socket = Socket::new(Domain::for_address(*addr), Type::DGRAM, Some(Protocol::UDP))?;
+            socket.set_reuse_address(true)?;
+            if addr.is_ipv6() {
+                socket.set_only_v6(true)?;
+            }
+            socket.bind(&(*addr).into())?;
+            socket.set_nonblocking(true)?;
+            Ok(Listener::Udp(socket.into()))
         }
         ListenAddr::Unix(path) => {
             remove_stale_socket(path)?;
@@ -131,6 +146,7 @@ impl Listener {
         match self {
             Listener::Tcp(l) => l.into(),
             Listener::Unix(l) => l.into(),
+            Listener::Udp(u) => u.into(),
         }
     }
 
@@ -152,6 +168,16 @@ impl Listener {
                 Listener::Tcp(socket.into())
             }
             ListenAddr::Unix(_) if listening && domain == Domain::UNIX => Listener::Unix(socket.into()),
+            ListenAddr::Udp(want) if socket.r#type()? == Type::DGRAM && domain == Domain::for_address(*want) => {
+                let got = socket.local_addr()?.as_socket();
+                if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("socket is bound to {got:?}, not {want}"),
+                    ));
+                }
+                Listener::Udp(socket.into())
+            }
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -167,6 +193,7 @@ impl Listener {
         Ok(match self {
             Listener::Tcp(l) => Listener::Tcp(l.try_clone()?),
             Listener::Unix(l) => Listener::Unix(l.try_clone()?),
+            Listener::Udp(u) => Listener::Udp(u.try_clone()?),
         })
     }
 }
@@ -176,6 +203,7 @@ impl AsFd for Listener {
         match self {
             Listener::Tcp(l) => l.as_fd(),
             Listener::Unix(l) => l.as_fd(),
+            Listener::Udp(u) => u.as_fd(),
         }
     }
 }

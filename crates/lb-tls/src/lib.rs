@@ -27,6 +27,8 @@
 //! - `context`: OpenSSL contexts per certificate and the servername switch.
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
+//! - `quic`: HTTP/3 on a UDP frontend (quinn, h3, rustls on AWS-LC), each QUIC connection
+//!   forwarded as HTTP/2 over one hop connection behind a PROXY v2 header with ALPN `h3`.
 //! - `counted`: the backend stream that counts bytes each way.
 //! - `drained`: the client's TLS stream, read only when there may be something to read.
 //! - `stats`: the counters, their hand-over across reloads, and their text (`show stat`,
@@ -52,6 +54,7 @@ mod ffi;
 mod library;
 mod metrics;
 mod proxy_header;
+mod quic;
 mod ratelog;
 mod runtime;
 mod serve;

@@ -1,0 +1,200 @@
+//! HTTP/3 towards clients: a UDP frontend (`bind: "udp:…"`) where QUIC ends, with the same
+//! certificate files and SNI selection as the TLS frontends, ALPN `h3`, 0-RTT off. Each QUIC
+//! connection gets one hop connection to lb-proxy (`hop`): a PROXY v2 header saying ALPN `h3`,
+//! then HTTP/2 carrying each HTTP/3 request as a stream.
+//!
+//! The stack is quinn + h3 over rustls with AWS-LC's crypto (docs/architecture.md, "QUIC
+//! library"). QUIC connections count against `max_connections` and in the frontend's counters
+//! as TLS connections do; a drain sends GOAWAY and lets the requests in flight finish.
+
+mod hop;
+mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use lb_supervisor::Shutdown;
+use tokio::net::{TcpStream, UnixStream};
+use tokio_util::task::TaskTracker;
+
+use crate::config::BackendAddr;
+use crate::proxy_header;
+use crate::serve::{Admission, Shared};
+use crate::stats::Failure;
+
+pub(crate) use tls::QuicTls;
+
+/// HTTP/3 requests open at once per connection (lb-proxy's HTTP/2 default, which the hop meets).
+const MAX_STREAMS: u32 = 100;
+
+/// The QUIC endpoint on a frontend's UDP socket; it takes connections once given a server
+/// configuration per connection (`accept_with`).
+pub(crate) fn endpoint(socket: std::net::UdpSocket) -> std::io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, Arc::new(quinn::TokioRuntime))
+}
+
+/// The transport settings every connection gets.
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_concurrent_bidi_streams(MAX_STREAMS.into());
+    transport.max_concurrent_uni_streams(3u32.into());
+    Arc::new(transport)
+}
+
+/// Accepts QUIC connections until the drain, then lets the endpoint's connections finish.
+pub(crate) async fn accept_loop(
+    shared: Arc<Shared>,
+    frontend: usize,
+    endpoint: quinn::Endpoint,
+    mut shutdown: Shutdown,
+    tracker: TaskTracker,
+) {
+    let transport = transport();
+    let bound = endpoint.local_addr().ok();
+    loop {
+        let incoming = tokio::select! {
+            biased;
+            _ = shutdown.draining() => break,
+            i = endpoint.accept() => match i { Some(i) => i, None => break },
+        };
+        let Ok(permit) = shared.limit.clone().try_acquire_owned() else {
+            // At max_connections: the client is told at once, rather than left to retry.
+            incoming.refuse();
+            continue;
+        };
+        let admission = Admission::new(shared.clone(), frontend, permit);
+        let local = bound.map(|b| SocketAddr::new(incoming.local_ip().unwrap_or(b.ip()), b.port()));
+        let task = connection(shared.clone(), frontend, incoming, local, transport.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            task.await;
+            drop(admission);
+        });
+    }
+    // No new connections; those open finish (their tasks hold the endpoint's driver).
+    endpoint.set_server_config(None);
+    let mut shutdown_stop = shutdown.clone();
+    tokio::select! {
+        _ = endpoint.wait_idle() => {}
+        _ = shutdown_stop.stopped() => endpoint.close(0u32.into(), b"stopping"),
+    }
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    frontend: usize,
+    incoming: quinn::Incoming,
+    local: Option<SocketAddr>,
+    transport: Arc<quinn::TransportConfig>,
+    mut shutdown: Shutdown,
+) {
+    let config = &shared.config;
+    let fe = &config.frontends[frontend];
+    let Some(quic) = fe.quic.as_ref() else { return };
+    let stats = shared.stats.frontend(frontend);
+    let started = Instant::now();
+    let peer = incoming.remote_address();
+    let cipher = tls::Chosen::default();
+    let crypto = match quinn::crypto::rustls::QuicServerConfig::try_from(quic.for_connection(cipher.clone())) {
+        Ok(crypto) => crypto,
+        Err(e) => return tracing::warn!("QUIC configuration refused: {e}"),
+    };
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(transport);
+    let timeout = config.global.handshake_timeout;
+    let handshake = async { incoming.accept_with(Arc::new(server))?.await };
+    let conn = match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            let reason = e.to_string();
+            stats.failed(Failure::of_reason(&reason));
+            shared.handshake_log.warn("handshake failures", || {
+                format!("QUIC handshake failed: client {peer} on {}: {reason}", fe.bind)
+            });
+            return;
+        }
+        Err(_) => {
+            stats.failed(Failure::Timeout);
+            shared.handshake_log.warn("handshake failures", || {
+                format!("QUIC handshake failed: client {peer} on {}: no handshake within {timeout:?}", fe.bind)
+            });
+            return;
+        }
+    };
+    let cipher = cipher.lock().ok().and_then(|c| *c);
+    stats.handshake(false, "TLSv1.3", cipher);
+    let sni = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|d| d.server_name);
+    let facts = proxy_header::QuicFacts { sni: sni.as_deref(), cipher };
+    let header = proxy_header::v2_quic(peer, local, &facts);
+    let address = &config.backend.address;
+    let connect_timeout = config.global.backend_connect_timeout;
+    let hop = match address {
+        BackendAddr::Tcp(a) => match crate::conn::connect_within(connect_timeout, TcpStream::connect(a)).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                hop::open(stream, &header).await
+            }
+            Err(why) => Err(why),
+        },
+        BackendAddr::Unix(p) => match crate::conn::connect_within(connect_timeout, UnixStream::connect(p)).await {
+            Ok(stream) => hop::open(stream, &header).await,
+            Err(why) => Err(why),
+        },
+    };
+    let hop = match hop {
+        Ok(hop) => hop,
+        Err(why) => {
+            stats.backend_failed();
+            shared.backend_log.warn("backend failures", || {
+                format!(
+                    "backend {address} {why}: closing QUIC client {peer} on {} after {} ms",
+                    fe.bind,
+                    started.elapsed().as_millis()
+                )
+            });
+            conn.close(h3::error::Code::H3_INTERNAL_ERROR.value().try_into().unwrap_or(0u32.into()), b"");
+            return;
+        }
+    };
+    let h3_conn = h3_quinn::Connection::new(conn.clone());
+    let Ok(mut h3_conn) = h3::server::Connection::<_, Bytes>::new(h3_conn).await else { return };
+    let requests = TaskTracker::new();
+    let mut stop = shutdown.clone();
+    let mut draining = false;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.draining(), if !draining => None,
+            _ = stop.stopped() => break,
+            a = h3_conn.accept() => Some(a),
+        };
+        match accepted {
+            None => {
+                draining = true;
+                // GOAWAY: the client opens no more requests here, those in flight finish.
+                let _ = h3_conn.shutdown(0).await;
+            }
+            Some(Ok(Some(resolver))) => {
+                let hop = hop.clone();
+                requests.spawn(async move {
+                    if let Ok((request, stream)) = resolver.resolve_request().await {
+                        hop::exchange(hop, request, stream).await;
+                    }
+                });
+            }
+            Some(Ok(None) | Err(_)) => break,
+        }
+    }
+    requests.close();
+    tokio::select! {
+        _ = requests.wait() => {}
+        _ = stop.stopped() => {}
+    }
+    let (sent, received) = (conn.stats().udp_tx.bytes, conn.stats().udp_rx.bytes);
+    stats.transferred(received, sent);
+    conn.close(0u32.into(), b"");
+}

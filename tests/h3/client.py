@@ -1,6 +1,6 @@
 """An HTTP/3 client for tests/h3_*.rs, on aioquic: sends the requests given as JSON on stdin,
 all at once on one QUIC connection (one stream each), and prints one JSON line with each
-response (status, headers, body length, sha256 and the first 200 bytes of the body).
+response (status, headers, body length, sha256 and the first 64 KiB of the body).
 
     client.py HOST PORT SERVER_NAME CA_FILE < [{"method": "GET", "path": "/", "body": ""}, ...]
 """
@@ -57,7 +57,7 @@ class Client(QuicConnectionProtocol):
         status = next((int(v) for n, v in response["headers"] if n == ":status"), None)
         data = response["body"]
         return {"status": status, "headers": response["headers"], "length": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(), "body": data[:200].decode("latin-1")}
+                "sha256": hashlib.sha256(data).hexdigest(), "body": data[:65536].decode("latin-1")}
 
 
 async def main():

@@ -29,18 +29,24 @@ pub(crate) use tls::QuicTls;
 /// HTTP/3 requests open at once per connection (lb-proxy's HTTP/2 default, which the hop meets).
 const MAX_STREAMS: u32 = 100;
 
-/// The QUIC endpoint on a frontend's UDP socket; it takes connections once given a server
-/// configuration per connection (`accept_with`).
-pub(crate) fn endpoint(socket: std::net::UdpSocket) -> std::io::Result<quinn::Endpoint> {
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, Arc::new(quinn::TokioRuntime))
+/// The QUIC endpoint on a frontend's UDP socket. Its own server configuration only lets it
+/// take connections in: each is accepted with a configuration of its own ([`server_config`]).
+pub(crate) fn endpoint(socket: std::net::UdpSocket, tls: &QuicTls) -> std::io::Result<quinn::Endpoint> {
+    let server = server_config(tls, tls::Chosen::default()).map_err(std::io::Error::other)?;
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, Arc::new(quinn::TokioRuntime))
 }
 
-/// The transport settings every connection gets.
-fn transport() -> Arc<quinn::TransportConfig> {
+/// A connection's configuration: its own certificate resolver, which notes its cipher suite.
+fn server_config(tls: &QuicTls, cipher: tls::Chosen) -> Result<quinn::ServerConfig, String> {
+    let crypto =
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(cipher)).map_err(|e| e.to_string())?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport.max_concurrent_bidi_streams(MAX_STREAMS.into());
+    // Clients open three unidirectional streams (control, QPACK encoder and decoder).
     transport.max_concurrent_uni_streams(3u32.into());
-    Arc::new(transport)
+    server.transport_config(Arc::new(transport));
+    Ok(server)
 }
 
 /// Accepts QUIC connections until the drain, then lets the endpoint's connections finish.
@@ -51,7 +57,6 @@ pub(crate) async fn accept_loop(
     mut shutdown: Shutdown,
     tracker: TaskTracker,
 ) {
-    let transport = transport();
     let bound = endpoint.local_addr().ok();
     loop {
         let incoming = tokio::select! {
@@ -66,7 +71,7 @@ pub(crate) async fn accept_loop(
         };
         let admission = Admission::new(shared.clone(), frontend, permit);
         let local = bound.map(|b| SocketAddr::new(incoming.local_ip().unwrap_or(b.ip()), b.port()));
-        let task = connection(shared.clone(), frontend, incoming, local, transport.clone(), shutdown.clone());
+        let task = connection(shared.clone(), frontend, incoming, local, shutdown.clone());
         tracker.spawn(async move {
             task.await;
             drop(admission);
@@ -86,7 +91,6 @@ async fn connection(
     frontend: usize,
     incoming: quinn::Incoming,
     local: Option<SocketAddr>,
-    transport: Arc<quinn::TransportConfig>,
     mut shutdown: Shutdown,
 ) {
     let config = &shared.config;
@@ -96,12 +100,10 @@ async fn connection(
     let started = Instant::now();
     let peer = incoming.remote_address();
     let cipher = tls::Chosen::default();
-    let crypto = match quinn::crypto::rustls::QuicServerConfig::try_from(quic.for_connection(cipher.clone())) {
-        Ok(crypto) => crypto,
+    let server = match server_config(quic, cipher.clone()) {
+        Ok(server) => server,
         Err(e) => return tracing::warn!("QUIC configuration refused: {e}"),
     };
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(transport);
     let timeout = config.global.handshake_timeout;
     let handshake = async { incoming.accept_with(Arc::new(server))?.await };
     let conn = match tokio::time::timeout(timeout, handshake).await {
@@ -161,7 +163,9 @@ async fn connection(
         }
     };
     let h3_conn = h3_quinn::Connection::new(conn.clone());
-    let Ok(mut h3_conn) = h3::server::Connection::<_, Bytes>::new(h3_conn).await else { return };
+    // No grease (reserved frame types before a stream's end): aioquic 1.2, a client in use,
+    // then never sees the end of the response.
+    let Ok(mut h3_conn) = h3::server::builder().send_grease(false).build::<_, Bytes>(h3_conn).await else { return };
     let requests = TaskTracker::new();
     let mut stop = shutdown.clone();
     let mut draining = false;

@@ -110,8 +110,9 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
     for (index, fe) in config.frontends.iter().enumerate() {
         let listener = listeners.take(&fe.bind).ok_or_else(|| Error::MissingListener { address: fe.bind.clone() })?;
         let listener_error = |source| Error::Listener { address: fe.bind.clone(), source };
-        if let Listener::Udp(socket) = listener {
-            endpoints.push((index, crate::quic::endpoint(socket).map_err(listener_error)?));
+        if let (Listener::Udp(socket), Some(quic)) = (&listener, &fe.quic) {
+            let socket = socket.try_clone().map_err(listener_error)?;
+            endpoints.push((index, crate::quic::endpoint(socket, quic).map_err(listener_error)?));
             continue;
         }
         if let (Some(backlog), Listener::Tcp(l)) = (config.global.backlog, &listener) {

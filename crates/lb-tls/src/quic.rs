@@ -8,6 +8,7 @@
 //! as TLS connections do; a drain sends GOAWAY and lets the requests in flight finish.
 
 mod hop;
+mod sockets;
 mod tls;
 
 use std::net::SocketAddr;
@@ -23,17 +24,31 @@ use crate::config::BackendAddr;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
 use crate::stats::Failure;
+use sockets::Sockets;
 
 pub(crate) use tls::QuicTls;
 
 /// HTTP/3 requests open at once per connection (lb-proxy's HTTP/2 default, which the hop meets).
 const MAX_STREAMS: u32 = 100;
 
-/// The QUIC endpoint on a frontend's UDP socket. Its own server configuration only lets it
-/// take connections in: each is accepted with a configuration of its own ([`server_config`]).
-pub(crate) fn endpoint(socket: std::net::UdpSocket, tls: &QuicTls) -> std::io::Result<quinn::Endpoint> {
+/// The QUIC endpoint on a frontend's UDP socket (`sockets`: with a connected socket per
+/// connection). Its own server configuration only lets it take connections in: each is
+/// accepted with a configuration of its own ([`server_config`]).
+pub(crate) fn endpoint(socket: std::net::UdpSocket, tls: &QuicTls) -> std::io::Result<Endpoint> {
     let server = server_config(tls, tls::Chosen::default()).map_err(std::io::Error::other)?;
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(server), socket, Arc::new(quinn::TokioRuntime))
+    let sockets = Arc::new(Sockets::new(socket)?);
+    let mut config = quinn::EndpointConfig::default();
+    config.max_udp_payload_size(sockets::MAX_DATAGRAM as u16).map_err(std::io::Error::other)?;
+    let endpoint =
+        quinn::Endpoint::new_with_abstract_socket(config, Some(server), sockets.clone(), Arc::new(quinn::TokioRuntime))?;
+    Ok(Endpoint { quinn: endpoint, sockets })
+}
+
+/// A frontend's endpoint and its sockets.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    quinn: quinn::Endpoint,
+    sockets: Arc<Sockets>,
 }
 
 /// A connection's configuration: its own certificate resolver, which notes its cipher suite.
@@ -53,11 +68,13 @@ fn server_config(tls: &QuicTls, cipher: tls::Chosen) -> Result<quinn::ServerConf
 pub(crate) async fn accept_loop(
     shared: Arc<Shared>,
     frontend: usize,
-    endpoint: quinn::Endpoint,
+    endpoint: Endpoint,
     mut shutdown: Shutdown,
     tracker: TaskTracker,
 ) {
+    let Endpoint { quinn: endpoint, sockets } = endpoint;
     let bound = endpoint.local_addr().ok();
+    let mut unowned_logged = false;
     loop {
         let incoming = tokio::select! {
             biased;
@@ -71,13 +88,28 @@ pub(crate) async fn accept_loop(
         };
         let admission = Admission::new(shared.clone(), frontend, permit);
         let local = bound.map(|b| SocketAddr::new(incoming.local_ip().unwrap_or(b.ip()), b.port()));
+        let owned = match sockets.adopt(incoming.remote_address(), incoming.local_ip()) {
+            Ok(owned) => Some(owned),
+            Err(e) => {
+                if !std::mem::replace(&mut unowned_logged, true) {
+                    let bind = &shared.config.frontends[frontend].bind;
+                    tracing::warn!(
+                        frontend = %bind,
+                        "QUIC connections share the frontend's socket ({e}): across a reload, their datagrams reach either worker"
+                    );
+                }
+                None
+            }
+        };
         let task = connection(shared.clone(), frontend, incoming, local, shutdown.clone());
         tracker.spawn(async move {
             task.await;
-            drop(admission);
+            drop((owned, admission));
         });
     }
-    // No new connections; those open finish (their tasks hold the endpoint's driver).
+    // No new connections: the next worker reads the shared socket; those open here finish on
+    // their own sockets.
+    sockets.stop_listening();
     endpoint.set_server_config(None);
     let mut shutdown_stop = shutdown.clone();
     tokio::select! {

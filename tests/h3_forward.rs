@@ -4,79 +4,12 @@
 //! once on one connection; the certificate chosen by SNI; the TLS facts and ALPN `h3` reaching
 //! lb-proxy's rules and log.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod h3;
 
+use h3::{proxy, tls};
 use lb_testkit::certs::TestCerts;
-use lb_testkit::{ProxyProcess, TestServer, TlsProcess};
+use lb_testkit::TestServer;
 use serde_json::{json, Value};
-
-fn proxy(api: &TestServer) -> ProxyProcess {
-    let api = api.addr();
-    ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"global:
-  log: {{ format: json }}
-frontends:
-  - name: tls_in
-    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
-    tls: true
-    default_backend: api
-    http_request:
-      - set_header: {{ name: X-TLS, value: "%[ssl_fc_protocol] %[ssl_fc_alpn] %[ssl_fc_sni] %[ssl_fc_cipher]" }}
-backends:
-  - name: api
-    servers: [ {{ name: a1, address: "{api}" }} ]
-"#,
-            p = ports[0]
-        )
-    })
-}
-
-/// HTTPS on TCP and HTTP/3 on UDP, on the same port number, as on 443.
-fn tls(certs: &TestCerts, backend: &str) -> TlsProcess {
-    let api = certs.server("api", &["api.example.test"]).display().to_string();
-    let admin = certs.server("admin", &["admin.example.test"]).display().to_string();
-    let backend = backend.to_owned();
-    TlsProcess::start_with(1, move |ports| {
-        format!(
-            r#"global:
-  control_socket: master.sock
-tls:
-  certificates: [ {api}, {admin} ]
-  alpn_protocols: [ h2, http/1.1 ]
-backend:
-  address: "{backend}"
-frontends:
-  - bind: "127.0.0.1:{port}"
-  - bind: "udp:127.0.0.1:{port}"
-"#,
-            port = ports[0]
-        )
-    })
-}
-
-/// The responses to `requests`, sent at once on one QUIC connection to `port` with `sni`.
-fn h3(port: u16, sni: &str, ca: &Path, requests: &Value) -> Vec<Value> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join("target/tools/pyenv/bin/python");
-    let mut child = Command::new(&python)
-        .arg(root.join("tests/h3/client.py"))
-        .args(["127.0.0.1", &port.to_string(), sni])
-        .arg(ca)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{} (scripts/install-deps test installs aioquic): {e}", python.display()));
-    child.stdin.take().expect("stdin").write_all(requests.to_string().as_bytes()).expect("to the client");
-    let out = child.wait_with_output().expect("the HTTP/3 client");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the HTTP/3 client failed: {stderr}");
-    let responses: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    responses.as_array().cloned().unwrap_or_default()
-}
 
 fn header<'a>(response: &'a Value, name: &str) -> Option<&'a str> {
     response["headers"].as_array()?.iter().find(|h| h[0] == name).and_then(|h| h[1].as_str())
@@ -97,7 +30,7 @@ async fn http3_requests_reach_the_servers_through_the_hop() {
         json!({"method": "GET", "path": "/bytes?n=3000000"}),
     ];
     requests.extend((0..8).map(|i| json!({"method": "GET", "path": format!("/echo?stream={i}")})));
-    let responses = h3(port, "api.example.test", &ca, &Value::Array(requests));
+    let responses = h3::h3(port, "api.example.test", &ca, &Value::Array(requests));
     assert_eq!(responses.len(), 11);
     for r in &responses {
         assert_eq!(r["status"], 200, "{r}");
@@ -126,7 +59,7 @@ async fn http3_requests_reach_the_servers_through_the_hop() {
     assert_eq!(h3_lines.len(), 11, "{log:#?}");
 
     // SNI picks the certificate: the client verifies admin.example.test's name against it.
-    let responses = h3(port, "admin.example.test", &ca, &json!([{"method": "GET", "path": "/echo"}]));
+    let responses = h3::h3(port, "admin.example.test", &ca, &json!([{"method": "GET", "path": "/echo"}]));
     assert_eq!(responses[0]["status"], 200, "{:?}", responses);
     let echo: Value = serde_json::from_str(responses[0]["body"].as_str().unwrap_or("")).expect("echo JSON");
     let x_tls = echo["headers"].as_array().and_then(|h| h.iter().find(|h| h[0] == "x-tls")).map(|h| h[1].clone());

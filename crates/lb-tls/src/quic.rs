@@ -39,8 +39,12 @@ pub(crate) fn endpoint(socket: std::net::UdpSocket, tls: &QuicTls) -> std::io::R
     let sockets = Arc::new(Sockets::new(socket)?);
     let mut config = quinn::EndpointConfig::default();
     config.max_udp_payload_size(sockets::MAX_DATAGRAM as u16).map_err(std::io::Error::other)?;
-    let endpoint =
-        quinn::Endpoint::new_with_abstract_socket(config, Some(server), sockets.clone(), Arc::new(quinn::TokioRuntime))?;
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        config,
+        Some(server),
+        sockets.clone(),
+        Arc::new(quinn::TokioRuntime),
+    )?;
     Ok(Endpoint { quinn: endpoint, sockets })
 }
 

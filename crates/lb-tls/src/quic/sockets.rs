@@ -140,7 +140,12 @@ impl AsyncUdpSocket for Sockets {
         self.shared.try_io(Interest::WRITABLE, || self.state.send((&self.shared).into(), transmit))
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>, bufs: &mut [IoSliceMut<'_>], meta: &mut [RecvMeta]) -> Poll<io::Result<usize>> {
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
         if let Poll::Ready(Some((peer, data))) = lock(&self.inbox).poll_recv(cx) {
             let (Some(buf), Some(slot)) = (bufs.first_mut(), meta.first_mut()) else { return Poll::Ready(Ok(0)) };
             let len = data.len().min(buf.len());
@@ -153,7 +158,8 @@ impl AsyncUdpSocket for Sockets {
         }
         loop {
             ready!(self.shared.poll_recv_ready(cx))?;
-            if let Ok(n) = self.shared.try_io(Interest::READABLE, || self.state.recv((&self.shared).into(), bufs, meta)) {
+            if let Ok(n) = self.shared.try_io(Interest::READABLE, || self.state.recv((&self.shared).into(), bufs, meta))
+            {
                 return Poll::Ready(Ok(n));
             }
         }

@@ -219,3 +219,21 @@ fn is_listening(socket: &Socket) -> io::Result<bool> {
 fn is_listening(_socket: &Socket) -> io::Result<bool> {
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_udp_socket_passes_by_fd_and_is_checked() {
+        let address = ListenAddr::Udp(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let bound = bind_one(&address).expect("bind");
+        let Listener::Udp(socket) = bound.try_clone().expect("clone") else { panic!("not UDP") };
+        let port = socket.local_addr().expect("local address").port();
+        let received = Listener::from_fd(&address, bound.into_fd()).expect("a UDP socket for a UDP address");
+        assert!(matches!(received, Listener::Udp(_)));
+        // The same port number over TCP is not this socket.
+        let tcp = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        assert!(Listener::from_fd(&tcp, received.into_fd()).is_err());
+    }
+}

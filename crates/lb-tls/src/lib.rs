@@ -3,7 +3,8 @@
 //! certificates, ALPN; the library beneath is AWS-LC by default, OpenSSL by a Cargo feature)
 //! and forwards the plaintext to lb-proxy over localhost, behind a PROXY v2 header that
 //! carries the client address and the TLS facts. It does what hitch does, and reloads the way
-//! lb-proxy does.
+//! lb-proxy does. On a `udp:` frontend it ends QUIC and serves HTTP/3 (quinn, h3, rustls on
+//! AWS-LC), forwarding each QUIC connection as HTTP/2 behind the same header with ALPN `h3`.
 //!
 //! The binary `lb-tls` is lb-supervisor's master and workers ([`TlsDaemon`]): the master binds
 //! the frontend sockets and passes them by fd to each worker, which serves them with [`start`].

@@ -14,13 +14,18 @@
 //! - `sections`: words into sections, and which `defaults` each proxy inherits.
 //! - `global`: the `global` section; `settings`: what `defaults` passes on and proxies set.
 //! - `proxy`: frontends, backends, listens and the stats page; `bind`: binds and their TLS
-//!   settings; `server`: servers and health checks; `condition`: ACLs and `use_backend`.
+//!   settings; `server`: servers and health checks.
+//! - `condition`: ACLs and conditions into lb-proxy's typed conditions, lists; `actions`:
+//!   `http-request`, `http-response`, `capture`, `redirect`, `monitor-uri`; `logging`:
+//!   `log-format` (JSON objects recognised) and `unique-id-*`.
 //! - `values`: times, counts, addresses; `report`: what goes to standard error.
 
+mod actions;
 mod bind;
 mod condition;
 mod global;
 mod lexer;
+mod logging;
 mod proxy;
 mod report;
 mod sections;
@@ -175,7 +180,8 @@ pub(crate) fn translate(text: &str, options: &Options, env: &dyn Fn(&str) -> Opt
         sections.iter().filter(|s| s.kind == Kind::Global).flat_map(|s| s.body.clone()).collect();
     let parts = global::global(&global_lines, &mut report);
     let target = options.tls_config.as_ref().map(|_| TlsTarget { socket: options.tls_socket.clone() });
-    let proxies = proxy::proxies(&sections, &parts.bases, target.as_ref(), &mut report);
+    let mut shared = condition::Shared::default();
+    let proxies = proxy::proxies(&sections, &parts.bases, target.as_ref(), &mut shared, &mut report);
     let mut global = parts.global.clone();
     global.stats = proxies.stats;
     let tls = (!proxies.tls_binds.is_empty()).then(|| Draft {
@@ -201,7 +207,7 @@ pub(crate) fn translate(text: &str, options: &Options, env: &dyn Fn(&str) -> Opt
             })
             .collect(),
     });
-    let config = Config { global, frontends: proxies.frontends, backends: proxies.backends };
+    let config = Config { global, frontends: proxies.frontends, backends: proxies.backends, policy: shared.policy };
     Translation { config, tls, report }
 }
 

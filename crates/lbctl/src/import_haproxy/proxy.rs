@@ -6,32 +6,23 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lb_config::{
-    Backend, Balance, Bind, Config, ErrorPage, Frontend, HealthCheck, HttpReuse, ListenAddr, Mode, Rule, Stats,
+    Backend, Balance, Bind, Config, ErrorPage, Fetch, Frontend, HealthCheck, HttpReuse, ListenAddr, MapDef, MapMatch,
+    Mode, RequestAction, RequestRule, ResponseAction, ResponseRule, RouteTarget, Rule, Stats,
 };
 
+use super::actions::{self, Scope};
 use super::bind::{bind, Bases, BindLine};
-use super::condition::{condition, Acls};
+use super::condition::{guard, split_guard, unique, Acls, Shared};
 use super::lexer::Line;
+use super::logging;
 use super::report::Report;
 use super::sections::{Kind, Section};
 use super::server::{health_check, server};
 use super::settings::Settings;
 use super::values::duration;
 
-/// Directives that need lb-proxy's edge-policy rules.
-const POLICY: &[&str] = &[
-    "http-request",
-    "http-response",
-    "capture",
-    "log-format",
-    "log-format-sd",
-    "unique-id-format",
-    "unique-id-header",
-    "monitor-uri",
-    "http-error",
-    "declare",
-];
-const POLICY_WHY: &str = "needs lb-proxy's edge-policy rules, which this lb-proxy does not have";
+/// Rule directives: in a frontend (or listen) only, not passed on by `defaults`.
+const RULES: &[&str] = &["acl", "http-request", "http-response", "capture", "monitor-uri", "redirect", "use_backend"];
 
 /// What the proxy sections give.
 #[derive(Debug, Default)]
@@ -60,7 +51,13 @@ fn templates() -> (Frontend, Backend) {
     }
 }
 
-pub(crate) fn proxies(sections: &[Section], bases: &Bases, tls: Option<&TlsTarget>, report: &mut Report) -> Proxies {
+pub(crate) fn proxies(
+    sections: &[Section],
+    bases: &Bases,
+    tls: Option<&TlsTarget>,
+    shared: &mut Shared,
+    report: &mut Report,
+) -> Proxies {
     let (frontend_template, backend_template) = templates();
     let mut out = Proxies::default();
     // Each `defaults` resolved once (its lines reported once), in file order.
@@ -74,8 +71,8 @@ pub(crate) fn proxies(sections: &[Section], bases: &Bases, tls: Option<&TlsTarge
                 let mut settings = inherited;
                 for line in &section.body {
                     if !settings.apply(line, report) {
-                        let why = if POLICY.contains(&line.word(0)) || line.word(0) == "acl" {
-                            POLICY_WHY
+                        let why = if RULES.contains(&line.word(0)) {
+                            "rules in a `defaults` section are not translated: write them in each frontend"
                         } else {
                             "not a setting a `defaults` section passes on to lb-proxy"
                         };
@@ -87,7 +84,7 @@ pub(crate) fn proxies(sections: &[Section], bases: &Bases, tls: Option<&TlsTarge
             kind => {
                 defaults.push(None);
                 let mut proxy = Proxy::new(section, inherited);
-                proxy.read(bases, report);
+                proxy.read(bases, shared, report);
                 if proxy.is_stats_only() {
                     out.stats = proxy.stats(report).or(out.stats);
                     continue;
@@ -175,6 +172,12 @@ struct Proxy<'a> {
     binds: Vec<BindLine>,
     acls: Acls,
     rules: Vec<Rule>,
+    /// `capture request header` lines (first, in order), then `http-request` lines, then
+    /// `redirect` lines, as HAProxy runs them.
+    captures: Vec<RequestRule>,
+    http_request: Vec<RequestRule>,
+    redirects: Vec<RequestRule>,
+    http_response: Vec<ResponseRule>,
     /// An unconditional `use_backend` (every later rule is dead), with its line.
     always: Option<(String, usize)>,
     servers: Vec<(lb_config::Server, super::server::ServerParams)>,
@@ -190,6 +193,10 @@ impl<'a> Proxy<'a> {
             binds: Vec::new(),
             acls: Acls::default(),
             rules: Vec::new(),
+            captures: Vec::new(),
+            http_request: Vec::new(),
+            redirects: Vec::new(),
+            http_response: Vec::new(),
             always: None,
             servers: Vec::new(),
             stats_enabled: false,
@@ -205,7 +212,7 @@ impl<'a> Proxy<'a> {
         self.section.kind != Kind::Frontend
     }
 
-    fn read(&mut self, bases: &Bases, report: &mut Report) {
+    fn read(&mut self, bases: &Bases, shared: &mut Shared, report: &mut Report) {
         let header = &self.section.header;
         // `listen NAME ADDRESS`: HAProxy 1.x's bind in the header.
         if self.section.kind == Kind::Listen && !header.word(2).is_empty() && header.word(2) != "from" {
@@ -214,18 +221,17 @@ impl<'a> Proxy<'a> {
             }
         }
         for line in &self.section.body {
-            self.line(line, bases, report);
+            self.line(line, bases, shared, report);
         }
     }
 
-    fn line(&mut self, line: &Line, bases: &Bases, report: &mut Report) {
+    fn line(&mut self, line: &Line, bases: &Bases, shared: &mut Shared, report: &mut Report) {
         let at = line.number;
         let keyword = line.word(0);
         if self.settings.apply(line, report) {
             return;
         }
         match keyword {
-            _ if POLICY.contains(&keyword) => report.error(at, line.directive(), POLICY_WHY),
             "log" if line.word(1) == "global" => {}
             "log" => report.error(
                 at,
@@ -234,16 +240,53 @@ impl<'a> Proxy<'a> {
             ),
             "no" if line.word(1) == "log" => report.error(at, "no log", "lb-proxy logs every proxy"),
             "stats" => self.stats_line(line, report),
-            "bind" | "acl" | "use_backend" if !self.is_frontend() => {
+            "bind" | "acl" | "use_backend" | "capture" | "monitor-uri" | "redirect" if !self.is_frontend() => {
                 report.error(at, keyword, "a frontend directive: HAProxy ignores it in a backend")
             }
+            "http-request" | "http-response" if !self.is_frontend() => report.error(
+                at,
+                line.directive(),
+                "lb-proxy runs http-request and http-response rules per frontend: move it to the frontends that use this backend",
+            ),
             "bind" => {
                 if let Some(b) = bind(line, &line.words[1..], bases, report) {
                     self.binds.push(b);
                 }
             }
-            "acl" => self.acls.add(line, report),
-            "use_backend" => self.use_backend(line, report),
+            "acl" => self.acls.add(line, shared, report),
+            "use_backend" => self.use_backend(line, shared, report),
+            "http-request" | "redirect" | "monitor-uri" => {
+                let name = self.section.name.clone();
+                let mut scope = Scope { acls: &self.acls, proxy: &name, shared };
+                let rule = match keyword {
+                    "monitor-uri" => actions::monitor_uri(line),
+                    _ => actions::request(line, &mut scope),
+                };
+                match (rule, keyword) {
+                    (Ok(rule), "redirect") => self.redirects.push(rule),
+                    (Ok(rule), "monitor-uri") => self.captures.insert(0, rule),
+                    (Ok(rule), _) => self.http_request.push(rule),
+                    (Err(why), _) => report.error(at, line.directive(), why),
+                }
+            }
+            "http-response" => {
+                let name = self.section.name.clone();
+                let mut scope = Scope { acls: &self.acls, proxy: &name, shared };
+                match actions::response(line, &mut scope) {
+                    Ok(rule) => self.http_response.push(rule),
+                    Err(why) => report.error(at, line.directive(), why),
+                }
+            }
+            "capture" => match actions::capture_line(line) {
+                Ok((true, capture)) => self
+                    .captures
+                    .push(RequestRule { action: RequestAction::Capture(capture), guard: None }),
+                Ok((false, capture)) => self
+                    .http_response
+                    .insert(0, ResponseRule { action: ResponseAction::Capture(capture), guard: None }),
+                Err(why) => report.error(at, line.directive(), why),
+            },
+            "declare" => report.error(at, keyword, "lb-proxy numbers capture slots by the order of the captures"),
             "server" if !self.is_backend() => {
                 report.error(at, keyword, "a backend directive: HAProxy ignores it in a frontend")
             }
@@ -258,28 +301,37 @@ impl<'a> Proxy<'a> {
         }
     }
 
-    fn use_backend(&mut self, line: &Line, report: &mut Report) {
+    fn use_backend(&mut self, line: &Line, shared: &mut Shared, report: &mut Report) {
         let at = line.number;
-        let backend = line.word(1).to_owned();
-        if backend.contains("%[") {
-            report.error(at, "use_backend", format!("a backend chosen by a sample expression: {POLICY_WHY}"));
+        let (target, condition) = split_guard(&line.words[1..]);
+        let [backend] = target else {
+            report.error(at, "use_backend", "expected `use_backend BACKEND [if|unless CONDITION]`");
             return;
-        }
+        };
         if let Some((first, first_at)) = &self.always {
             report.error(at, "use_backend", format!("never reached: line {first_at} sends everything to `{first}`"));
             return;
         }
-        if line.words.len() == 2 {
-            self.always = Some((backend, at));
-            return;
-        }
-        match condition(&line.words[2..], &self.acls, at, report) {
-            Ok(alternatives) => self.rules.extend(alternatives.into_iter().map(|a| Rule {
-                path_prefix: a.path_prefix,
-                host: a.host,
-                backend: backend.clone(),
-            })),
-            Err(why) => report.error(at, "use_backend", format!("{why}; {POLICY_WHY} for other conditions")),
+        let target = match backend.strip_prefix("%[").and_then(|b| b.strip_suffix(']')) {
+            Some(expr) => match map_target(expr, shared) {
+                Ok(target) => target,
+                Err(why) => {
+                    report.error(at, "use_backend", why);
+                    return;
+                }
+            },
+            None => RouteTarget::Backend(backend.clone()),
+        };
+        let guard = match condition.map(|c| guard(c, &self.acls, &self.section.name, shared)).transpose() {
+            Ok(guard) => guard,
+            Err(why) => {
+                report.error(at, "use_backend", why);
+                return;
+            }
+        };
+        match (guard, target) {
+            (None, RouteTarget::Backend(name)) => self.always = Some((name, at)),
+            (guard, backend) => self.rules.push(Rule { path_prefix: None, host: None, guard, backend }),
         }
     }
 
@@ -330,12 +382,22 @@ impl<'a> Proxy<'a> {
         f.max_connections = s.maxconn.filter(|&n| n > 0);
         f.forward_for = s.forward_for && f.mode == Mode::Http;
         f.timeouts = s.resolved_timeouts(lb_config::HealthCheck::default().interval);
-        f.rules = if f.mode == Mode::Http { self.rules.clone() } else { Vec::new() };
-        if f.mode == Mode::Tcp && !self.rules.is_empty() {
+        let has_rules = !(self.rules.is_empty()
+            && self.captures.is_empty()
+            && self.http_request.is_empty()
+            && self.redirects.is_empty()
+            && self.http_response.is_empty());
+        if f.mode == Mode::Http {
+            f.rules = self.rules.clone();
+            f.http_request =
+                [&self.captures, &self.http_request, &self.redirects].into_iter().flatten().cloned().collect();
+            f.http_response = self.http_response.clone();
+            self.logging(&mut f, report);
+        } else if has_rules {
             report.error(
                 self.section.header.number,
                 self.section.header.word(0),
-                "use_backend rules in a tcp frontend: lb-proxy routes tcp connections to the default backend only",
+                "HTTP rules in a tcp frontend: HAProxy ignores them, and so does the translation",
             );
         }
         f.default_backend = match (&self.always, self.section.kind) {
@@ -347,6 +409,52 @@ impl<'a> Proxy<'a> {
             f.error_pages.pages.insert(*status, error_page(*status, path));
         }
         f
+    }
+
+    /// `log-format` and `unique-id-*` (the frontend's, else its defaults').
+    fn logging(&self, f: &mut Frontend, report: &mut Report) {
+        let s = &self.settings;
+        if let Some((text, at)) = &s.log_format {
+            let requests: Vec<String> = f
+                .http_request
+                .iter()
+                .filter_map(|r| match &r.action {
+                    RequestAction::Capture(c) => Some(c.header.clone()),
+                    _ => None,
+                })
+                .collect();
+            let responses: Vec<String> = f
+                .http_response
+                .iter()
+                .filter_map(|r| match &r.action {
+                    ResponseAction::Capture(c) => Some(c.header.clone()),
+                    _ => None,
+                })
+                .collect();
+            match logging::log_format(text, &requests, &responses) {
+                Ok((format, rewritten)) => {
+                    if rewritten {
+                        report.note(*at, "log-format", "`%[capture.req.hdr(N)]` is written as the header itself (`%[req.hdr(NAME)]`): its value is not cut at the capture's length");
+                    }
+                    f.log_format = Some(format);
+                }
+                Err(why) => report.error(*at, "log-format", why),
+            }
+        }
+        let (format, header) = (&s.unique_id_format, &s.unique_id_header);
+        let at = header.as_ref().or(format.as_ref()).map_or(0, |(_, at)| *at);
+        let name = match (format, header) {
+            (_, Some((h, _))) => h.clone(),
+            (Some(_), None) => {
+                report.note(at, "unique-id-format", "lb-proxy sends the request ID to servers in a header: X-Unique-ID, as no unique-id-header names one");
+                "X-Unique-ID".to_owned()
+            }
+            (None, None) => return,
+        };
+        match logging::unique_id(format.as_ref().map(|(f, _)| f.as_str()), &name) {
+            Ok(id) => f.unique_id = Some(id),
+            Err(why) => report.error(at, "unique-id-format", why),
+        }
     }
 
     fn backend(&self, template: &Backend, report: &mut Report) -> Backend {
@@ -366,6 +474,53 @@ impl<'a> Proxy<'a> {
         b.servers = self.servers.iter().map(|(server, _)| server.clone()).collect();
         b
     }
+}
+
+/// `%[FETCH[,lower],map(FILE[,DEFAULT])]` (or `map_str`, `map_beg`) into a map target.
+fn map_target(expr: &str, shared: &mut Shared) -> Result<RouteTarget, String> {
+    let not = |why: &str| format!("`%[{expr}]`: {why}");
+    let mut parts = expr.split(',');
+    let key = match parts.next().unwrap_or("").trim() {
+        "req.hdr(host)" | "hdr(host)" | "req.fhdr(host)" => Fetch::Host,
+        "path" => Fetch::Path,
+        "url" => Fetch::Uri,
+        _ => return Err(not("lb-proxy looks maps up by host, path or url")),
+    };
+    let mut ignore_case = false;
+    let rest: Vec<&str> = parts.collect();
+    let mut i = 0;
+    if rest.first() == Some(&"lower") {
+        ignore_case = true;
+        i = 1;
+    }
+    let call = rest[i..].join(",");
+    let (function, args) = call.split_once('(').ok_or_else(|| not("expected a map() converter"))?;
+    let args = args.strip_suffix(')').ok_or_else(|| not("`(` without its `)`"))?;
+    let matching = match function {
+        "map" | "map_str" => MapMatch::Exact,
+        "map_beg" => MapMatch::Prefix,
+        other => return Err(not(&format!("`{other}`: lb-proxy's maps match exactly or by prefix"))),
+    };
+    let (file, default) = match args.split_once(',') {
+        Some((f, d)) => (f.trim(), Some(d.trim().to_owned())),
+        None => (args.trim(), None),
+    };
+    let path = PathBuf::from(file);
+    let maps = &mut shared.policy.maps;
+    let existing = maps.iter().find(|(_, m)| m.file.as_deref() == Some(path.as_path()) && m.matching == matching);
+    let name = match existing {
+        Some((name, _)) => name.clone(),
+        None => {
+            let stem = path.file_stem().map_or_else(
+                || "map".to_owned(),
+                |s| s.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-', "_"),
+            );
+            let name = unique(&stem, |n| maps.contains_key(n));
+            maps.insert(name.clone(), MapDef { matching, file: Some(path), entries: Vec::new(), ignore_case });
+            name
+        }
+    };
+    Ok(RouteTarget::Map { map: name, key, default })
 }
 
 /// An errorfile as lb-config holds one; lb-proxy reads the file when it loads the YAML.

@@ -29,6 +29,10 @@ pub(crate) struct Settings {
     pub(crate) errorfiles: BTreeMap<u16, (PathBuf, usize)>,
     pub(crate) default_server: ServerParams,
     pub(crate) default_backend: Option<String>,
+    /// `log-format`, `unique-id-format`, `unique-id-header` as written, with their lines.
+    pub(crate) log_format: Option<(String, usize)>,
+    pub(crate) unique_id_format: Option<(String, usize)>,
+    pub(crate) unique_id_header: Option<(String, usize)>,
 }
 
 /// HAProxy's timeouts as written; `None`: not set.
@@ -140,6 +144,10 @@ impl Settings {
             return true;
         }
         if SAME_AS_LB.iter().any(|d| line.words.join(" ") == *d) {
+            // `option httplog` after a `log-format` brings the standard line back.
+            if line.word(0) == "option" {
+                self.log_format = None;
+            }
             return true;
         }
         let arg = line.word(1);
@@ -189,6 +197,9 @@ impl Settings {
                 _ => report.error(at, directive, "expected `errorfile STATUS FILE`"),
             },
             "default_backend" => self.default_backend = Some(arg.to_owned()),
+            "log-format" => self.log_format = Some((arg.to_owned(), at)),
+            "unique-id-format" => self.unique_id_format = Some((arg.to_owned(), at)),
+            "unique-id-header" => self.unique_id_header = Some((arg.to_owned(), at)),
             "default-server" => self.default_server.apply_words(&line.words[1..], at, report),
             "option" | "no" => return self.option(line, report),
             "http-check" => self.check.http_check(line, report),

@@ -1,6 +1,7 @@
 //! Lines into sections (`global`, `defaults`, `frontend`, `backend`, `listen`), and which
 //! `defaults` each proxy inherits: the one named by `from NAME`, else the last `defaults`
-//! before it (named or not), as HAProxy 2.x does.
+//! before it (named or not), as HAProxy 2.x does. A `defaults` starts afresh unless it names
+//! another with `from`.
 
 use super::lexer::Line;
 use super::report::Report;
@@ -47,8 +48,8 @@ const OTHER_SECTIONS: &[(&str, &str)] = &[
 
 pub(crate) fn sections(lines: Vec<Line>, report: &mut Report) -> Vec<Section> {
     let mut sections: Vec<Section> = Vec::new();
-    // Lines of a section lb has no counterpart for, or before any section: dropped.
-    let mut skipping = true;
+    // Lines of a section lb has no counterpart for: dropped (the section was reported).
+    let mut skipping_other = false;
     let mut last_defaults = None;
     for line in lines {
         let keyword = line.word(0);
@@ -61,7 +62,7 @@ pub(crate) fn sections(lines: Vec<Line>, report: &mut Report) -> Vec<Section> {
             _ => None,
         };
         if let Some(kind) = kind {
-            skipping = false;
+            skipping_other = false;
             let (name, from) = header(&line, kind, report);
             let defaults = match (kind, from) {
                 (Kind::Global, _) => None,
@@ -72,6 +73,8 @@ pub(crate) fn sections(lines: Vec<Line>, report: &mut Report) -> Vec<Section> {
                     }
                     found
                 }
+                // A `defaults` resets what the previous ones set (it inherits only by `from`).
+                (Kind::Defaults, None) => None,
                 (_, None) => last_defaults,
             };
             if kind == Kind::Defaults {
@@ -79,28 +82,22 @@ pub(crate) fn sections(lines: Vec<Line>, report: &mut Report) -> Vec<Section> {
             }
             sections.push(Section { kind, name, header: line, body: Vec::new(), defaults });
         } else if let Some((_, why)) = OTHER_SECTIONS.iter().find(|(k, _)| *k == keyword) {
-            skipping = true;
+            skipping_other = true;
             report.error(
                 line.number,
                 format!("{keyword} {}", line.word(1)).trim_end(),
                 format!("{why} (the whole section)"),
             );
-        } else if skipping {
-            if sections.is_empty() && !keyword.starts_with('.') {
-                report.error(line.number, keyword, "outside any section");
-            } else if keyword.starts_with('.') {
-                report.error(
-                    line.number,
-                    keyword,
-                    "conditional blocks (.if/.else/.endif) are not evaluated: write the branch you want",
-                );
-            }
         } else if keyword.starts_with('.') {
             report.error(
                 line.number,
                 keyword,
                 "conditional blocks (.if/.else/.endif) are not evaluated: write the branch you want",
             );
+        } else if sections.is_empty() && !skipping_other {
+            report.error(line.number, keyword, "outside any section");
+        } else if skipping_other {
+            // Inside a section already reported as a whole.
         } else if let Some(section) = sections.last_mut() {
             section.body.push(line);
         }

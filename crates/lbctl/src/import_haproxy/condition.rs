@@ -350,7 +350,10 @@ pub(crate) fn guard(words: &[String], acls: &Acls, proxy: &str, shared: &mut Sha
                 negated = !negated;
                 continue;
             }
-            "{" => {
+            "{" | "!{" => {
+                if word == "!{" {
+                    negated = !negated;
+                }
                 let end = words[i..].iter().position(|w| w == "}").map(|p| p + i).ok_or("`{` is not closed")?;
                 let term = criterion(&words[i..end], shared)?;
                 i = end + 1;

@@ -4,31 +4,30 @@
 
 use lb_config::{AccessLogFormat, Template, UniqueId};
 
-/// `text` as lb-proxy's log format; `%[capture.req.hdr(N)]` (and `res`) name the header of
-/// capture slot N, from `requests` and `responses` (the captured headers in slot order).
-/// `Ok((format, rewritten))`: `rewritten` when a capture slot became its header.
-pub(crate) fn log_format(
-    text: &str,
-    requests: &[String],
-    responses: &[String],
-) -> Result<(AccessLogFormat, bool), String> {
-    let (text, rewritten) = captures_by_name(text, requests, responses)?;
-    let text = text.as_str();
-    Ok((parse(text)?, rewritten))
+/// `text` as lb-proxy's log format. lb-proxy logs captured headers as HAProxy's whole blocks
+/// (`%hr`, `%hs`: `{a|b}`), not slot by slot: `%[capture.req.hdr(0)]` (or `res`) becomes the
+/// block when that side has one capture (`Ok((format, true))`, braces added), and is refused
+/// when it has several.
+pub(crate) fn log_format(text: &str, requests: usize, responses: usize) -> Result<(AccessLogFormat, bool), String> {
+    let (text, rewritten) = captures_as_blocks(text, requests, responses)?;
+    Ok((parse(&text)?, rewritten))
 }
 
-fn captures_by_name(text: &str, requests: &[String], responses: &[String]) -> Result<(String, bool), String> {
+fn captures_as_blocks(text: &str, requests: usize, responses: usize) -> Result<(String, bool), String> {
     let mut out = text.to_owned();
     let mut rewritten = false;
-    for (side, names, fetch) in [("req", requests, "req.hdr"), ("res", responses, "res.hdr")] {
+    for (side, count, block) in [("req", requests, "%hr"), ("res", responses, "%hs")] {
         let prefix = format!("%[capture.{side}.hdr(");
         while let Some(start) = out.find(&prefix) {
             let rest = &out[start + prefix.len()..];
             let end = rest.find(")]").ok_or_else(|| format!("`{prefix}` without its `)]`"))?;
-            let slot: usize =
-                rest[..end].trim().parse().map_err(|_| format!("`{}` is not a capture slot", &rest[..end]))?;
-            let name = names.get(slot).ok_or_else(|| format!("no {side} capture slot {slot}"))?;
-            out = format!("{}%[{fetch}({name})]{}", &out[..start], &rest[end + 2..]);
+            if count != 1 || rest[..end].trim() != "0" {
+                return Err(format!(
+                    "`{prefix}{})]`: lb-proxy logs the captures of a side as one block ({block}), so one capture a side only",
+                    &rest[..end]
+                ));
+            }
+            out = format!("{}{block}{}", &out[..start], &rest[end + 2..]);
             rewritten = true;
         }
     }

@@ -216,6 +216,11 @@ impl<'a> Proxy<'a> {
         let header = &self.section.header;
         // `listen NAME ADDRESS`: HAProxy 1.x's bind in the header.
         if self.section.kind == Kind::Listen && !header.word(2).is_empty() && header.word(2) != "from" {
+            report.note(
+                header.number,
+                "listen",
+                "an address in the header is HAProxy 1.x's form (HAProxy 2.x refuses it): translated as a bind",
+            );
             if let Some(b) = bind(header, &header.words[2..3], bases, report) {
                 self.binds.push(b);
             }
@@ -415,26 +420,12 @@ impl<'a> Proxy<'a> {
     fn logging(&self, f: &mut Frontend, report: &mut Report) {
         let s = &self.settings;
         if let Some((text, at)) = &s.log_format {
-            let requests: Vec<String> = f
-                .http_request
-                .iter()
-                .filter_map(|r| match &r.action {
-                    RequestAction::Capture(c) => Some(c.header.clone()),
-                    _ => None,
-                })
-                .collect();
-            let responses: Vec<String> = f
-                .http_response
-                .iter()
-                .filter_map(|r| match &r.action {
-                    ResponseAction::Capture(c) => Some(c.header.clone()),
-                    _ => None,
-                })
-                .collect();
-            match logging::log_format(text, &requests, &responses) {
+            let requests = f.http_request.iter().filter(|r| matches!(r.action, RequestAction::Capture(_))).count();
+            let responses = f.http_response.iter().filter(|r| matches!(r.action, ResponseAction::Capture(_))).count();
+            match logging::log_format(text, requests, responses) {
                 Ok((format, rewritten)) => {
                     if rewritten {
-                        report.note(*at, "log-format", "`%[capture.req.hdr(N)]` is written as the header itself (`%[req.hdr(NAME)]`): its value is not cut at the capture's length");
+                        report.note(*at, "log-format", "`%[capture.req.hdr(0)]` is written as the capture block `%hr`: the value between braces, `{…}`");
                     }
                     f.log_format = Some(format);
                 }

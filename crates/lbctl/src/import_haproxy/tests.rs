@@ -199,7 +199,7 @@ fn http_request_rules_captures_and_logs() {
     let id = f.unique_id.as_ref().expect("unique id");
     assert_eq!((id.header.as_str(), id.format.is_none(), id.keep_client), ("X-Request-ID", true, false));
     let Some(lb_config::AccessLogFormat::Text(log)) = &f.log_format else { panic!("{:?}", f.log_format) };
-    assert_eq!(log.source, "%ci [%tr] %ST %[req.hdr(x-request-id)]");
+    assert_eq!(log.source, "%ci [%tr] %ST %hr");
     let r = report(&t);
     assert!(r.contains("t.cfg:14: http-request tarpit: not translated: `tarpit`"), "{r}");
     assert_eq!(t.report.untranslated(), 1, "{r}");

@@ -297,7 +297,7 @@ async fn the_web_edge_imports_as_the_whole_stack_with_lb_tls() {
         assert_eq!(theirs.1, ours.1, "Location of request {i}");
         assert_eq!(theirs.2, ours.2, "Strict-Transport-Security of request {i}");
     }
-    assert_eq!(ours[7].1.as_deref(), Some(format!("https://shop.example.test/cart?id=7").as_str()));
+    assert_eq!(ours[7].1.as_deref(), Some("https://shop.example.test/cart?id=7"));
     assert_eq!(ours[0].2.as_deref(), Some("max-age=31536000"));
     // The stats page moved with it.
     let page = curl(&format!("http://127.0.0.1:{stats}/;csv"), &[]);

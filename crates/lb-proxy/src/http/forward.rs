@@ -201,10 +201,18 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         ex.policy = Some(Box::new(PolicyFacts { captured, ..PolicyFacts::default() }));
     }
     if policy.has_request_rules() {
+        // The rules see each Content-Length line the client sent (hyper kept one of equal ones);
+        // the server gets one.
+        let duplicated = policy.reads_content_length && restore_content_lengths(&ctx, &mut parts.headers);
         ex = match request_policy(ex, &mut parts) {
             Ok(ex) => ex,
             Err(answer) => return Ok(answer),
         };
+        if duplicated {
+            if let Some(v) = parts.headers.get(header::CONTENT_LENGTH).cloned() {
+                parts.headers.insert(header::CONTENT_LENGTH, v);
+            }
+        }
     }
     let subject =
         Subject { req: Some(RequestView::of(&parts)), facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
@@ -371,6 +379,17 @@ fn switch_protocols(
     let ctx = ex.ctx.clone();
     *lock(&ctx.tunnel) = Some(tunnel::Pending { exchange: ex, client, server, timeout });
     Response::from_parts(parts, ResponseBody::empty())
+}
+
+/// Puts back the equal Content-Length lines hyper merged; true when there were some.
+fn restore_content_lengths(ctx: &ConnCtx, headers: &mut http::HeaderMap) -> bool {
+    let raw = ctx.raw_content_lengths().unwrap_or(0);
+    let Some(value) = headers.get(header::CONTENT_LENGTH).cloned() else { return false };
+    let have = headers.get_all(header::CONTENT_LENGTH).iter().count();
+    for _ in have..raw {
+        headers.append(header::CONTENT_LENGTH, value.clone());
+    }
+    raw > have
 }
 
 /// Runs the `http_request` rules (and makes the request ID); `Err` is a rule's answer.

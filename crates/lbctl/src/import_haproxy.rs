@@ -17,7 +17,8 @@
 //!   settings; `server`: servers and health checks.
 //! - `condition`: ACLs and conditions into lb-proxy's typed conditions, lists; `actions`:
 //!   `http-request`, `http-response`, `capture`, `redirect`, `monitor-uri`; `logging`:
-//!   `log-format` (JSON objects recognised) and `unique-id-*`.
+//!   `log-format` (JSON objects recognised) and `unique-id-*`; `maps`: backends chosen by a
+//!   map file.
 //! - `values`: times, counts, addresses; `report`: what goes to standard error.
 
 mod actions;
@@ -26,6 +27,7 @@ mod condition;
 mod global;
 mod lexer;
 mod logging;
+mod maps;
 mod proxy;
 mod report;
 mod sections;

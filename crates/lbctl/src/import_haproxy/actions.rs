@@ -35,18 +35,10 @@ pub(crate) fn request(line: &Line, scope: &mut Scope<'_>) -> Result<RequestRule,
         "return" => RequestAction::Return(reply(args, 200)?),
         "redirect" => RequestAction::Redirect(redirect(args)?),
         "allow" => RequestAction::Allow,
-        "set-header" | "add-header" => {
-            let [name, value] = args else { return Err("expected a header name and a value".to_owned()) };
-            let header = HeaderTemplate { name: name.clone(), value: template(value)? };
-            if action[0] == "set-header" {
-                RequestAction::SetHeader(header)
-            } else {
-                RequestAction::AddHeader(header)
-            }
-        }
-        "del-header" => match args {
-            [name] => RequestAction::DelHeader(name.clone()),
-            _ => return Err("lb-proxy deletes a header by its exact name (`-m` is not translated)".to_owned()),
+        verb @ ("set-header" | "add-header" | "del-header") => match header_edit(verb, args)? {
+            HeaderEdit::Set(h) => RequestAction::SetHeader(h),
+            HeaderEdit::Add(h) => RequestAction::AddHeader(h),
+            HeaderEdit::Del(name) => RequestAction::DelHeader(name),
         },
         "set-path" => match args {
             [path] => RequestAction::SetPath(template(path)?),
@@ -72,22 +64,33 @@ pub(crate) fn response(line: &Line, scope: &mut Scope<'_>) -> Result<ResponseRul
     let args = &action[1.min(action.len())..];
     let action = match action.first().map(String::as_str).unwrap_or("") {
         "deny" => ResponseAction::Deny(reply(args, 502)?),
-        "set-header" | "add-header" => {
-            let [name, value] = args else { return Err("expected a header name and a value".to_owned()) };
-            let header = HeaderTemplate { name: name.clone(), value: template(value)? };
-            if action[0] == "set-header" {
-                ResponseAction::SetHeader(header)
-            } else {
-                ResponseAction::AddHeader(header)
-            }
-        }
-        "del-header" => match args {
-            [name] => ResponseAction::DelHeader(name.clone()),
-            _ => return Err("lb-proxy deletes a header by its exact name (`-m` is not translated)".to_owned()),
+        verb @ ("set-header" | "add-header" | "del-header") => match header_edit(verb, args)? {
+            HeaderEdit::Set(h) => ResponseAction::SetHeader(h),
+            HeaderEdit::Add(h) => ResponseAction::AddHeader(h),
+            HeaderEdit::Del(name) => ResponseAction::DelHeader(name),
         },
         other => return Err(unsupported(other)),
     };
     Ok(ResponseRule { action, guard })
+}
+
+/// `set-header`, `add-header` and `del-header`, alike for requests and responses.
+enum HeaderEdit {
+    Set(HeaderTemplate),
+    Add(HeaderTemplate),
+    Del(String),
+}
+
+fn header_edit(verb: &str, args: &[String]) -> Result<HeaderEdit, String> {
+    match (verb, args) {
+        ("del-header", [name]) => Ok(HeaderEdit::Del(name.clone())),
+        ("del-header", _) => Err("lb-proxy deletes a header by its exact name (`-m` is not translated)".to_owned()),
+        (_, [name, value]) => {
+            let header = HeaderTemplate { name: name.clone(), value: template(value)? };
+            Ok(if verb == "set-header" { HeaderEdit::Set(header) } else { HeaderEdit::Add(header) })
+        }
+        _ => Err("expected a header name and a value".to_owned()),
+    }
 }
 
 fn unsupported(action: &str) -> String {

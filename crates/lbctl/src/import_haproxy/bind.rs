@@ -10,7 +10,7 @@ use lb_tls::{CertSource, ClientCert, DraftTls, Protocol};
 
 use super::lexer::Line;
 use super::report::Report;
-use super::values::bind_addresses;
+use super::values::{bind_addresses, is_flag};
 
 /// One `bind` line, translated.
 #[derive(Debug, Clone)]
@@ -41,20 +41,7 @@ const FLAGS: &[&str] = &[
     "defer-accept",
     "tfo",
     "strict-sni",
-    "no-tls-tickets",
-    "tls-tickets",
     "prefer-client-ciphers",
-    "allow-0rtt",
-    "no-sslv3",
-    "no-tlsv10",
-    "no-tlsv11",
-    "no-tlsv12",
-    "no-tlsv13",
-    "force-sslv3",
-    "force-tlsv10",
-    "force-tlsv11",
-    "force-tlsv12",
-    "force-tlsv13",
     "generate-certificates",
     "no-alpn",
     "no-ca-names",
@@ -94,7 +81,7 @@ pub(crate) fn bind(line: &Line, words: &[String], bases: &Bases, report: &mut Re
     let mut words = words[1..].iter();
     while let Some(word) = words.next() {
         let setting = word.as_str();
-        let value = if FLAGS.contains(&setting) { String::new() } else { words.next().cloned().unwrap_or_default() };
+        let value = if is_flag(FLAGS, setting) { String::new() } else { words.next().cloned().unwrap_or_default() };
         let directive = format!("bind … {setting}");
         match setting {
             "accept-proxy" => bind.accept_proxy = true,

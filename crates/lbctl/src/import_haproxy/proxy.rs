@@ -6,15 +6,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lb_config::{
-    Backend, Balance, Bind, Config, ErrorPage, Fetch, Frontend, HealthCheck, HttpReuse, ListenAddr, MapDef, MapMatch,
-    Mode, RequestAction, RequestRule, ResponseAction, ResponseRule, RouteTarget, Rule, Stats,
+    Backend, Balance, Bind, Config, ErrorPage, Frontend, HealthCheck, HttpReuse, ListenAddr, Mode, RequestAction,
+    RequestRule, ResponseAction, ResponseRule, RouteTarget, Rule, Stats,
 };
 
 use super::actions::{self, Scope};
 use super::bind::{bind, Bases, BindLine};
-use super::condition::{guard, split_guard, unique, Acls, Shared};
+use super::condition::{guard, split_guard, Acls, Shared};
 use super::lexer::Line;
 use super::logging;
+use super::maps::map_target;
 use super::report::Report;
 use super::sections::{Kind, Section};
 use super::server::{health_check, server};
@@ -465,53 +466,6 @@ impl<'a> Proxy<'a> {
         b.servers = self.servers.iter().map(|(server, _)| server.clone()).collect();
         b
     }
-}
-
-/// `%[FETCH[,lower],map(FILE[,DEFAULT])]` (or `map_str`, `map_beg`) into a map target.
-fn map_target(expr: &str, shared: &mut Shared) -> Result<RouteTarget, String> {
-    let not = |why: &str| format!("`%[{expr}]`: {why}");
-    let mut parts = expr.split(',');
-    let key = match parts.next().unwrap_or("").trim() {
-        "req.hdr(host)" | "hdr(host)" | "req.fhdr(host)" => Fetch::Host,
-        "path" => Fetch::Path,
-        "url" => Fetch::Uri,
-        _ => return Err(not("lb-proxy looks maps up by host, path or url")),
-    };
-    let mut ignore_case = false;
-    let rest: Vec<&str> = parts.collect();
-    let mut i = 0;
-    if rest.first() == Some(&"lower") {
-        ignore_case = true;
-        i = 1;
-    }
-    let call = rest[i..].join(",");
-    let (function, args) = call.split_once('(').ok_or_else(|| not("expected a map() converter"))?;
-    let args = args.strip_suffix(')').ok_or_else(|| not("`(` without its `)`"))?;
-    let matching = match function {
-        "map" | "map_str" => MapMatch::Exact,
-        "map_beg" => MapMatch::Prefix,
-        other => return Err(not(&format!("`{other}`: lb-proxy's maps match exactly or by prefix"))),
-    };
-    let (file, default) = match args.split_once(',') {
-        Some((f, d)) => (f.trim(), Some(d.trim().to_owned())),
-        None => (args.trim(), None),
-    };
-    let path = PathBuf::from(file);
-    let maps = &mut shared.policy.maps;
-    let existing = maps.iter().find(|(_, m)| m.file.as_deref() == Some(path.as_path()) && m.matching == matching);
-    let name = match existing {
-        Some((name, _)) => name.clone(),
-        None => {
-            let stem = path.file_stem().map_or_else(
-                || "map".to_owned(),
-                |s| s.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-', "_"),
-            );
-            let name = unique(&stem, |n| maps.contains_key(n));
-            maps.insert(name.clone(), MapDef { matching, file: Some(path), entries: Vec::new(), ignore_case });
-            name
-        }
-    };
-    Ok(RouteTarget::Map { map: name, key, default })
 }
 
 /// An errorfile as lb-config holds one; lb-proxy reads the file when it loads the YAML.

@@ -7,7 +7,7 @@ use lb_config::{AdminState, CheckKind, HealthCheck, Server};
 
 use super::lexer::Line;
 use super::report::Report;
-use super::values::{duration, number, server_address};
+use super::values::{duration, is_flag, number, server_address};
 
 /// A server's settings as written (on `default-server`, then on the `server` line).
 #[derive(Debug, Clone, Default)]
@@ -48,19 +48,6 @@ const FLAGS: &[&str] = &[
     "agent-check",
     "no-agent-check",
     "no-verifyhost",
-    "allow-0rtt",
-    "no-sslv3",
-    "no-tlsv10",
-    "no-tlsv11",
-    "no-tlsv12",
-    "no-tlsv13",
-    "force-sslv3",
-    "force-tlsv10",
-    "force-tlsv11",
-    "force-tlsv12",
-    "force-tlsv13",
-    "no-tls-tickets",
-    "tls-tickets",
     "check-via-socks4",
     "no-check-ssl",
 ];
@@ -96,7 +83,7 @@ impl ServerParams {
         let mut words = words.iter();
         while let Some(word) = words.next() {
             let setting = word.as_str();
-            let value = if FLAGS.contains(&setting) { None } else { words.next().map(String::as_str) };
+            let value = if is_flag(FLAGS, setting) { None } else { words.next().map(String::as_str) };
             let directive = format!("server … {setting}");
             let mut check = |r: Result<(), String>| {
                 if let Err(why) = r {
@@ -118,7 +105,7 @@ impl ServerParams {
                 ("fall", Some(v)) => check(number(v).map(|n| self.fall = Some((n, at)))),
                 // Flags that change nothing lb-proxy does.
                 ("no-ssl" | "no-send-proxy" | "no-tfo" | "no-agent-check" | "no-check-ssl", _) => {}
-                (_, None) if !FLAGS.contains(&setting) => check(Err(format!("`{setting}` needs a value"))),
+                (_, None) if !is_flag(FLAGS, setting) => check(Err(format!("`{setting}` needs a value"))),
                 _ => report.error(at, directive, unsupported_why(setting)),
             }
         }

@@ -7,6 +7,28 @@ use std::time::Duration;
 
 use lb_config::ListenAddr;
 
+/// The TLS version flags `bind` and `server` lines share (they take no argument).
+pub(crate) const TLS_VERSION_FLAGS: &[&str] = &[
+    "no-sslv3",
+    "no-tlsv10",
+    "no-tlsv11",
+    "no-tlsv12",
+    "no-tlsv13",
+    "force-sslv3",
+    "force-tlsv10",
+    "force-tlsv11",
+    "force-tlsv12",
+    "force-tlsv13",
+    "no-tls-tickets",
+    "tls-tickets",
+    "allow-0rtt",
+];
+
+/// A setting taking no argument: one of `flags`, or a TLS version flag.
+pub(crate) fn is_flag(flags: &[&str], setting: &str) -> bool {
+    flags.contains(&setting) || TLS_VERSION_FLAGS.contains(&setting)
+}
+
 /// A time: a number with `us`, `ms`, `s`, `m`, `h` or `d`; without a unit, milliseconds (a
 /// trap: `timeout client 30` is 30 ms).
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {

@@ -216,7 +216,7 @@ fn fetch(expr: &str) -> Result<(Fetch, bool, Option<Method>), String> {
 
 /// `FETCH [-i] [-m METHOD] [-f FILE]… [--] [VALUES…]` into a condition.
 fn criterion(words: &[String], shared: &mut Shared) -> Result<Condition, String> {
-    let expr = words[0].as_str();
+    let Some(expr) = words.first().map(String::as_str) else { return Err("an empty `{ }`".to_owned()) };
     // `ssl_fc`: the connection came through TLS.
     if expr == "ssl_fc" && words.len() == 1 {
         let test = Test { fetch: Fetch::TlsVersion, matcher: Matcher::Exists(true), ignore_case: false };

@@ -274,13 +274,18 @@ pub(crate) fn health_check(check: &CheckSettings, servers: &[ServerParams], repo
         health.fall = fall;
     }
     for s in &checked {
+        let ms = |d: Duration| lb_config::format_duration(d);
         for (value, expected, what) in [
-            (s.inter.map(|(d, at)| (d.as_millis(), at)), health.interval.as_millis(), "inter"),
-            (s.rise.map(|(n, at)| (u128::from(n), at)), u128::from(health.rise), "rise"),
-            (s.fall.map(|(n, at)| (u128::from(n), at)), u128::from(health.fall), "fall"),
+            (s.inter.map(|(d, at)| (ms(d), at)), ms(health.interval), "inter"),
+            (s.rise.map(|(n, at)| (n.to_string(), at)), health.rise.to_string(), "rise"),
+            (s.fall.map(|(n, at)| (n.to_string(), at)), health.fall.to_string(), "fall"),
         ] {
             if let Some((v, at)) = value.filter(|(v, _)| *v != expected) {
-                report.note(at, format!("server … {what}"), format!("lb-proxy checks every server of a backend alike: the first server's `{what}` ({expected}) is used, not {v}"));
+                report.note(
+                    at,
+                    format!("server … {what}"),
+                    format!("lb-proxy checks every server of a backend alike: the first server's `{what}` ({expected}) is used, not {v}"),
+                );
             }
         }
     }

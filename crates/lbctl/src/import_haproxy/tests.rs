@@ -288,3 +288,28 @@ fn ssl_binds_become_lb_tls_frontends_and_a_socket() {
     assert!(t.tls.is_none());
     assert!(report(&t).contains("t.cfg:11: bind … ssl: not translated: give --tls-config FILE"), "{}", report(&t));
 }
+
+/// Every line of the samples cut after each of its words, alone in its section: whatever
+/// comes, a report and no panic.
+#[test]
+fn truncated_lines_are_reported_not_panicked_on() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/haproxy-import");
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("etc/haproxy-import") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("sample");
+        lines.extend(text.lines().filter(|l| !l.trim_start().starts_with('#')).map(str::to_owned));
+    }
+    lines.extend(
+        ["acl a {", "use_backend b if { }", "use_backend b if !{ path", "http-request deny if", "bind", "server s"]
+            .map(str::to_owned),
+    );
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for n in 0..=words.len() {
+            let cut = words[..n].join(" ");
+            for section in ["global", "defaults", "frontend f", "backend b", "listen l"] {
+                let _ = run(&format!("{section}\n{cut}\n"));
+            }
+        }
+    }
+}

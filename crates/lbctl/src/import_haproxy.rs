@@ -78,7 +78,7 @@ pub(crate) struct Options {
     pub(crate) tls_control_socket: PathBuf,
 }
 
-/// What a translation gives: the lb-proxy YAML, lb-tls's (when asked and needed), the report.
+/// What a translation gives: lb-proxy's configuration, lb-tls's (when asked and needed), the report.
 #[derive(Debug)]
 pub(crate) struct Translation {
     pub(crate) config: Config,

@@ -450,6 +450,17 @@ impl<'a> Proxy<'a> {
     }
 
     fn backend(&self, template: &Backend, report: &mut Report) -> Backend {
+        if self.section.kind == Kind::Backend {
+            // Settings HAProxy applies per backend and lb-proxy per frontend.
+            for line in &self.section.body {
+                let why = match line.words.join(" ").as_str() {
+                    w if w.starts_with("errorfile ") => "lb-proxy's error pages are per frontend: write it in the frontends that use this backend, or in `defaults`",
+                    w if w.starts_with("option forwardfor") => "lb-proxy adds X-Forwarded-For per frontend: write it in the frontends that use this backend, or in `defaults`",
+                    _ => continue,
+                };
+                report.error(line.number, line.directive(), why);
+            }
+        }
         let s = &self.settings;
         let params: Vec<_> = self.servers.iter().map(|(_, p)| p.clone()).collect();
         let health: HealthCheck = health_check(&s.check, &params, report);

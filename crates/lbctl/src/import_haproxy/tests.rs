@@ -104,8 +104,23 @@ fn servers_and_their_health_check() {
     assert!(r.contains("t.cfg:12: server: not translated: `c` is a backup server"), "{r}");
     assert!(r.contains("t.cfg:13: server: not translated: `10.0.0.4`: without a port"), "{r}");
     assert!(r.contains("t.cfg:14: server … cookie: not translated: lb-proxy has no cookie persistence"), "{r}");
-    assert!(r.contains("t.cfg:14: server … inter: note: lb-proxy checks every server of a backend alike"), "{r}");
+    assert!(r.contains("t.cfg:14: server … inter: note: lb-proxy checks every server of a backend alike: the first server's `inter` (3s) is used, not 5s"), "{r}");
     assert_eq!(t.report.untranslated(), 3, "{r}");
+}
+
+#[test]
+fn what_lb_proxy_sets_per_frontend_is_reported_in_a_backend() {
+    let t = run(&format!(
+        "{HEAD}  errorfile 503 /etc/haproxy/errors/503.http\nbackend b\n  option forwardfor\n  errorfile 504 /x.http\n  server a 10.0.0.1:80\n"
+    ));
+    let r = report(&t);
+    assert!(
+        r.contains("t.cfg:8: option forwardfor: not translated: lb-proxy adds X-Forwarded-For per frontend"),
+        "{r}"
+    );
+    assert!(r.contains("t.cfg:9: errorfile: not translated: lb-proxy's error pages are per frontend"), "{r}");
+    // The defaults' errorfile is not the backend's own line.
+    assert_eq!(t.report.untranslated(), 2, "{r}");
 }
 
 #[test]

@@ -456,6 +456,7 @@ impl<'a> Proxy<'a> {
                 let why = match line.words.join(" ").as_str() {
                     w if w.starts_with("errorfile ") => "lb-proxy's error pages are per frontend: write it in the frontends that use this backend, or in `defaults`",
                     w if w.starts_with("option forwardfor") => "lb-proxy adds X-Forwarded-For per frontend: write it in the frontends that use this backend, or in `defaults`",
+                    w if w.starts_with("unique-id-") => "lb-proxy makes request IDs per frontend: write it in the frontends that use this backend, or in `defaults`",
                     _ => continue,
                 };
                 report.error(line.number, line.directive(), why);

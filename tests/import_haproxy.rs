@@ -229,6 +229,8 @@ async fn the_web_edge_imports_as_the_whole_stack_with_lb_tls() {
     let servers: Vec<TestServer> =
         ["www1", "www2", "shop1", "api1", "static1"].iter().map(|n| TestServer::start(n)).collect();
     let (http, https, stats) = (free_port(), free_port(), free_port());
+    std::fs::write(dir.path().join("sites.map"), "# host backend\nshop.example.test shop\napi.example.test api\n")
+        .expect("write sites.map");
     let cfg = sample(
         "web-edge.cfg",
         dir.path(),
@@ -266,6 +268,7 @@ async fn the_web_edge_imports_as_the_whole_stack_with_lb_tls() {
     let tls_text = std::fs::read_to_string(&tls_yaml).expect("lb-tls.yaml written");
     let config = lb_config::Config::parse(&import.yaml, "translation").expect("the translation loads");
     assert_eq!(config.global.stats.as_ref().map(|s| s.address.port()), Some(stats));
+    assert!(config.policy.maps.contains_key("sites"), "{:?}", config.policy.maps);
     let sites = config.frontend("sites").expect("frontend sites");
     assert!(sites
         .binds

@@ -272,7 +272,7 @@ async fn a_public_api_edge() {
     // The capture block in the httplog line, as halog reads it.
     let line = proxy.wait_for_log(|l| l.contains("{curl-policy-test")).await;
     assert!(line.contains(" {curl-policy-test} \"GET /echo HTTP/1.1\""), "{line}");
-    assert_eq!(halog(&["-hdr", "1:1"], &[line.clone()]).trim(), "curl-policy-test");
+    assert_eq!(lb_testkit::log::halog(&["-hdr", "1:1"], &[line.clone()]).trim(), "curl-policy-test");
     // And as haproxy-log-analysis reads it (PyPI; scripts/install-deps test installs it).
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/pyenv/bin/python");
     let script = "import sys\nfrom haproxy.line import parse_line\nl = parse_line(sys.stdin.read().strip())\n\
@@ -290,22 +290,6 @@ async fn a_public_api_edge() {
     // Every rule's hits.
     let rules = proxy.runtime("show rules public");
     assert!(rules.lines().any(|l| l.starts_with("public http_request 0 deny ")), "{rules}");
-}
-
-fn halog(args: &[&str], lines: &[String]) -> String {
-    let mut child = std::process::Command::new("halog")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("halog (Debian's haproxy package)");
-    let mut input = child.stdin.take().expect("stdin");
-    for line in lines {
-        writeln!(input, "{line}").expect("to halog");
-    }
-    drop(input);
-    String::from_utf8_lossy(&child.wait_with_output().expect("halog").stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

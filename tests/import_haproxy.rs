@@ -137,7 +137,7 @@ async fn the_api_edge_imports_and_chooses_as_haproxy_does() {
     assert_eq!(import.untranslated(), Vec::<String>::new());
     assert_eq!(
         import.notes(),
-        ["14: stats socket: note: lb-proxy's runtime socket is mode 0600 for its user, at admin level: `mode`, `level`, `user`, `group` and `expose-fd` are not translated"]
+        ["13: stats socket: note: lb-proxy's runtime socket is mode 0600 for its user, at admin level: `mode`, `level`, `user`, `group` and `expose-fd` are not translated"]
     );
     let config = lb_config::Config::parse(&import.yaml, "translation").expect("the translation loads");
     let socket = dir.path().join("haproxy.sock");
@@ -333,7 +333,7 @@ async fn the_tcp_service_imports_and_connects_as_haproxy_does() {
     let import = import(&cfg, &[]);
     assert_eq!(
         import.untranslated(),
-        ["33: server: not translated: `db2` is a backup server: lb-proxy has no backup servers (a plain server would take traffic at once); left out"]
+        ["34: server: not translated: `db2` is a backup server: lb-proxy has no backup servers (a plain server would take traffic at once); left out"]
     );
     let config = lb_config::Config::parse(&import.yaml, "translation").expect("the translation loads");
     let backend = config.backend("db_primary").expect("db_primary");

@@ -13,15 +13,44 @@ use lb_testkit::raw::{RawConn, RawResponse};
 use lb_testkit::runtime::{parse_stat_csv, send_line};
 use lb_testkit::{bin_path, run_lb_proxy};
 
-/// A sample from etc/haproxy-import/ with each `@NAME@` replaced, written to `dir/NAME`.
+/// Where each sample writes what a test replaces: (sample, name, text in the sample, what the
+/// test's value becomes there; `{}` is the value).
+const LITERALS: &[(&str, &str, &str, &str)] = &[
+    ("api-edge.cfg", "DIR", "/etc/haproxy", "{}"),
+    ("api-edge.cfg", "PORT", "10.0.0.1:80", "127.0.0.1:{}"),
+    ("api-edge.cfg", "SERVER1", "10.0.1.11:8000", "{}"),
+    ("api-edge.cfg", "SERVER2", "10.0.1.12:8000", "{}"),
+    ("api-edge.cfg", "SERVER3", "10.0.1.21:8000", "{}"),
+    ("web-edge.cfg", "CERT", "/etc/ssl/private/sites.pem", "{}"),
+    ("web-edge.cfg", "DIR", "/etc/haproxy", "{}"),
+    ("web-edge.cfg", "HTTPS", "10.0.0.1:443", "127.0.0.1:{}"),
+    ("web-edge.cfg", "HTTP", "10.0.0.1:80", "127.0.0.1:{}"),
+    ("web-edge.cfg", "STATS", "10.0.0.1:8404", "127.0.0.1:{}"),
+    ("web-edge.cfg", "WWW1", "10.0.2.11:8000", "{}"),
+    ("web-edge.cfg", "WWW2", "10.0.2.12:8000", "{}"),
+    ("web-edge.cfg", "SHOP1", "10.0.2.21:8000", "{}"),
+    ("web-edge.cfg", "API1", "10.0.2.31:8000", "{}"),
+    ("web-edge.cfg", "STATIC1", "10.0.2.41:8000", "{}"),
+    ("tcp-service.cfg", "DIR", "/etc/haproxy", "{}"),
+    ("tcp-service.cfg", "DB", "10.0.0.1:5432", "127.0.0.1:{}"),
+    ("tcp-service.cfg", "CACHE", "10.0.0.1:6379", "127.0.0.1:{}"),
+    ("tcp-service.cfg", "DB1", "10.0.3.11:5432", "{}"),
+    ("tcp-service.cfg", "DB2", "10.0.3.12:5432", "{}"),
+    ("tcp-service.cfg", "CACHE1", "10.0.3.21:6379", "{}"),
+    ("tcp-service.cfg", "CACHE2", "10.0.3.22:6379", "{}"),
+];
+
+/// A sample from etc/haproxy-import/ with the test's ports, addresses and paths in place of the
+/// operator's (see `LITERALS`), written to `dir/NAME`.
 pub(crate) fn sample(name: &str, dir: &Path, vars: &[(&str, String)]) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/haproxy-import").join(name);
     let mut text = std::fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
-    for (key, value) in vars {
-        text = text.replace(&format!("@{key}@"), value);
+    for (file, key, literal, template) in LITERALS.iter().filter(|(file, ..)| *file == name) {
+        let value =
+            vars.iter().find(|(k, _)| k == key).map(|(_, v)| v).unwrap_or_else(|| panic!("{file}: no value for {key}"));
+        assert!(text.contains(literal), "{file} no longer writes `{literal}` ({key})");
+        text = text.replace(literal, &template.replace("{}", value));
     }
-    let left = text.lines().find(|l| !l.trim_start().starts_with('#') && l.contains('@'));
-    assert!(left.is_none(), "a placeholder is left in {name}: {left:?}");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write the sample");
     path
@@ -56,8 +85,13 @@ impl Import {
 
 /// Runs `lbctl import-haproxy ARGS… CFG` and checks its translation with `lb-proxy -c`.
 pub(crate) fn import(cfg: &Path, args: &[&str]) -> Import {
+    // A control socket of the test's own: tests run side by side, and lb-proxy's default is one
+    // path for the whole machine.
+    let control = cfg.parent().expect("the sample's directory").join("lb-proxy-master.sock");
     let out = Command::new(bin_path("lbctl"))
         .arg("import-haproxy")
+        .arg("--control-socket")
+        .arg(&control)
         .args(args)
         .arg(cfg)
         .stdin(Stdio::null())

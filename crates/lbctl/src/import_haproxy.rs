@@ -64,6 +64,7 @@ Options:
       --tls-socket PATH         The Unix socket lb-tls forwards to and lb-proxy listens on
                                 (default /var/run/lb/proxy-tls.sock).
       --tls-control-socket PATH lb-tls's control socket (default /var/run/lb/lb-tls.sock).
+      --control-socket PATH     lb-proxy's control socket (default /var/run/lb/lb-proxy.sock).
   -h, --help                    Print this help.
 
 Exit status: 0 every line translated; 1 some lines not translated (the output is written)
@@ -76,6 +77,8 @@ pub(crate) struct Options {
     pub(crate) tls_config: Option<PathBuf>,
     pub(crate) tls_socket: PathBuf,
     pub(crate) tls_control_socket: PathBuf,
+    /// lb-proxy's control socket; `None`: lb-proxy's default.
+    pub(crate) control_socket: Option<PathBuf>,
 }
 
 /// What a translation gives: lb-proxy's configuration, lb-tls's (when asked and needed), the report.
@@ -149,6 +152,7 @@ fn parse_args(args: Vec<OsString>) -> Result<Option<Options>, String> {
     let mut tls_config = None;
     let mut tls_socket = PathBuf::from("/var/run/lb/proxy-tls.sock");
     let mut tls_control_socket = PathBuf::from("/var/run/lb/lb-tls.sock");
+    let mut control_socket = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let text = arg.to_string_lossy().into_owned();
@@ -163,6 +167,7 @@ fn parse_args(args: Vec<OsString>) -> Result<Option<Options>, String> {
             "--tls-config" => tls_config = Some(value()?),
             "--tls-socket" => tls_socket = value()?,
             "--tls-control-socket" => tls_control_socket = value()?,
+            "--control-socket" => control_socket = Some(value()?),
             "--" => file = args.next().map(PathBuf::from),
             _ if name.starts_with('-') && name != "-" => return Err(format!("unknown option `{name}`")),
             _ if file.is_some() => return Err(format!("one file only (`{text}` is a second)")),
@@ -170,7 +175,7 @@ fn parse_args(args: Vec<OsString>) -> Result<Option<Options>, String> {
         }
     }
     let file = file.ok_or("the haproxy.cfg to translate is missing")?;
-    Ok(Some(Options { file, tls_config, tls_socket, tls_control_socket }))
+    Ok(Some(Options { file, tls_config, tls_socket, tls_control_socket, control_socket }))
 }
 
 /// The translation of haproxy.cfg `text`; `env` gives the variables `"${NAME}"` expands to.
@@ -186,6 +191,9 @@ pub(crate) fn translate(text: &str, options: &Options, env: &dyn Fn(&str) -> Opt
     let proxies = proxy::proxies(&sections, &parts.bases, target.as_ref(), &mut shared, &mut report);
     let mut global = parts.global.clone();
     global.stats = proxies.stats;
+    if let Some(socket) = &options.control_socket {
+        global.supervision.control_socket = socket.clone();
+    }
     let tls = (!proxies.tls_binds.is_empty()).then(|| Draft {
         control_socket: options.tls_control_socket.clone(),
         runtime_socket: None,
@@ -221,5 +229,6 @@ pub(crate) fn options(file: &std::path::Path) -> Options {
         tls_config: None,
         tls_socket: PathBuf::from("/var/run/lb/proxy-tls.sock"),
         tls_control_socket: PathBuf::from("/var/run/lb/lb-tls.sock"),
+        control_socket: None,
     }
 }

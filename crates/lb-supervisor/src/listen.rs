@@ -100,26 +100,11 @@ pub fn bind_all(addresses: &[ListenAddr]) -> Result<Listeners, crate::Error> {
 pub fn bind_one(address: &ListenAddr) -> io::Result<Listener> {
     match address {
         ListenAddr::Tcp(addr) => {
-            let socket = Socket::new(Domain::for_address(*addr), Type::STREAM, Some(Protocol::TCP))?;
-            socket.set_reuse_address(true)?;
-            if addr.is_ipv6() {
-                socket.set_only_v6(true)?;
-            }
-            socket.bind(&(*addr).into())?;
+            let socket = bind_inet(*addr, Type::STREAM, Protocol::TCP)?;
             socket.listen(BACKLOG)?;
-            socket.set_nonblocking(true)?;
             Ok(Listener::Tcp(socket.into()))
         }
-        ListenAddr::Udp(addr) => {
-            let socket = Socket::new(Domain::for_address(*addr), Type::DGRAM, Some(Protocol::UDP))?;
-            socket.set_reuse_address(true)?;
-            if addr.is_ipv6() {
-                socket.set_only_v6(true)?;
-            }
-            socket.bind(&(*addr).into())?;
-            socket.set_nonblocking(true)?;
-            Ok(Listener::Udp(socket.into()))
-        }
+        ListenAddr::Udp(addr) => Ok(Listener::Udp(bind_inet(*addr, Type::DGRAM, Protocol::UDP)?.into())),
         ListenAddr::Unix(path) => {
             remove_stale_socket(path)?;
             let listener = std::os::unix::net::UnixListener::bind(path)?;
@@ -127,6 +112,18 @@ pub fn bind_one(address: &ListenAddr) -> io::Result<Listener> {
             Ok(Listener::Unix(listener))
         }
     }
+}
+
+/// A non-blocking socket bound to `addr` with `SO_REUSEADDR`, v6-only for IPv6.
+fn bind_inet(addr: SocketAddr, kind: Type, protocol: Protocol) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }
 
 fn remove_stale_socket(path: &Path) -> io::Result<()> {
@@ -158,24 +155,12 @@ impl Listener {
         let listening = is_listening(&socket)?;
         let listener = match address {
             ListenAddr::Tcp(want) if listening && domain == Domain::for_address(*want) => {
-                let got = socket.local_addr()?.as_socket();
-                if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("socket is bound to {got:?}, not {want}"),
-                    ));
-                }
+                bound_to(&socket, want)?;
                 Listener::Tcp(socket.into())
             }
             ListenAddr::Unix(_) if listening && domain == Domain::UNIX => Listener::Unix(socket.into()),
             ListenAddr::Udp(want) if socket.r#type()? == Type::DGRAM && domain == Domain::for_address(*want) => {
-                let got = socket.local_addr()?.as_socket();
-                if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("socket is bound to {got:?}, not {want}"),
-                    ));
-                }
+                bound_to(&socket, want)?;
                 Listener::Udp(socket.into())
             }
             _ => {
@@ -206,6 +191,15 @@ impl AsFd for Listener {
             Listener::Udp(u) => u.as_fd(),
         }
     }
+}
+
+/// An error unless `socket` is bound to `want` (any port when `want`'s is 0).
+fn bound_to(socket: &Socket, want: &SocketAddr) -> io::Result<()> {
+    let got = socket.local_addr()?.as_socket();
+    if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("socket is bound to {got:?}, not {want}")));
+    }
+    Ok(())
 }
 
 /// Whether a socket listens (SO_ACCEPTCONN). Where the option cannot be read portably, the

@@ -1,7 +1,8 @@
 //! HTTP/3 across a reload of lb-tls: the UDP socket is the master's and passes to the new
 //! worker; a QUIC connection open at the reload stays with the worker that accepted it (its
 //! own connected socket, which the kernel prefers for its client's datagrams) and its requests
-//! finish there; new connections go to the new worker.
+//! finish there; new connections go to the new worker, and resume sessions whose tickets the
+//! old worker made (the master's ticket keys).
 
 mod h3;
 
@@ -65,6 +66,27 @@ async fn a_reload_leaves_open_quic_connections_on_their_worker() {
     let responses =
         tokio::task::spawn_blocking(move || after.join().expect("the client thread")).await.expect("joined");
     assert_eq!(responses[0]["status"], 200, "{:?}", responses[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_sessions_resume_across_a_reload() {
+    let certs = TestCerts::new();
+    let api = TestServer::start("api");
+    let proxy = h3::proxy(&api);
+    let tls = h3::tls(&certs, &proxy.addr().to_string());
+    let (port, ca) = (tls.addr().port(), certs.ca());
+    let ticket = tls.dir().join("client.ticket");
+    let get = json!([{"path": "/echo"}]);
+
+    let (resumed, responses) = h3::h3_session(port, "api.example.test", &ca, &get, Some(&ticket));
+    assert!(!resumed, "the first connection makes a full handshake");
+    assert_eq!(responses[0]["status"], 200);
+    assert!(ticket.exists(), "the server sent a session ticket");
+
+    tls.reload().await.expect("reload");
+    let (resumed, responses) = h3::h3_session(port, "api.example.test", &ca, &get, Some(&ticket));
+    assert!(resumed, "the new worker opens the old worker's ticket");
+    assert_eq!(responses[0]["status"], 200);
 }
 
 /// The inodes of this host's UDP sockets bound to `port` and connected to a peer (IPv4).

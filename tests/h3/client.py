@@ -1,13 +1,17 @@
 """An HTTP/3 client for tests/h3_*.rs, on aioquic: sends the requests given as JSON on stdin,
-all at once on one QUIC connection (one stream each), and prints one JSON line with each
-response (status, headers, body length, sha256 and the first 64 KiB of the body).
+all at once on one QUIC connection (one stream each), and prints one JSON line: whether the
+TLS session was resumed, and each response (status, headers, body length, sha256 and the first
+64 KiB of the body). With TICKET_FILE, offers the session ticket saved there (if any) and saves
+the one the server sends.
 
-    client.py HOST PORT SERVER_NAME CA_FILE < [{"method": "GET", "path": "/", "body": ""}, ...]
+    client.py HOST PORT SERVER_NAME CA_FILE [TICKET_FILE] < [{"method": "GET", "path": "/", "body": ""}, ...]
 """
 
 import asyncio
 import hashlib
 import json
+import os
+import pickle
 import ssl
 import sys
 
@@ -66,12 +70,24 @@ async def main():
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=server_name)
     config.verify_mode = ssl.CERT_REQUIRED
     config.load_verify_locations(ca)
-    async with connect(host, port, configuration=config, create_protocol=Client) as client:
+    ticket_file = sys.argv[5] if len(sys.argv) > 5 else None
+    if ticket_file and os.path.exists(ticket_file):
+        with open(ticket_file, "rb") as f:
+            config.session_ticket = pickle.load(f)
+
+    def save_ticket(ticket):
+        if ticket_file:
+            with open(ticket_file, "wb") as f:
+                pickle.dump(ticket, f)
+
+    async with connect(host, port, configuration=config, create_protocol=Client,
+                       session_ticket_handler=save_ticket) as client:
         authority = f"{server_name}:{port}"
         results = await asyncio.gather(*(
             client.request(authority, r.get("method", "GET"), r["path"], r.get("body", "").encode("latin-1"))
             for r in requests))
-    print(json.dumps(results))
+        resumed = client._quic.tls.session_resumed
+    print(json.dumps({"resumed": resumed, "responses": results}))
 
 
 asyncio.run(main())

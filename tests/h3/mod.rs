@@ -57,12 +57,25 @@ frontends:
 
 /// The responses to `requests`, sent at once on one QUIC connection to `port` with `sni`.
 pub(crate) fn h3(port: u16, sni: &str, ca: &Path, requests: &Value) -> Vec<Value> {
+    h3_session(port, sni, ca, requests, None).1
+}
+
+/// As [`h3`], offering the session ticket saved in `ticket` (if any) and saving the new one;
+/// first whether the session was resumed.
+pub(crate) fn h3_session(
+    port: u16,
+    sni: &str,
+    ca: &Path,
+    requests: &Value,
+    ticket: Option<&Path>,
+) -> (bool, Vec<Value>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = root.join("target/tools/pyenv/bin/python");
     let mut child = Command::new(&python)
         .arg(root.join("tests/h3/client.py"))
         .args(["127.0.0.1", &port.to_string(), sni])
         .arg(ca)
+        .args(ticket)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -72,6 +85,6 @@ pub(crate) fn h3(port: u16, sni: &str, ca: &Path, requests: &Value) -> Vec<Value
     let out = child.wait_with_output().expect("the HTTP/3 client");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the HTTP/3 client failed: {stderr}");
-    let responses: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    responses.as_array().cloned().unwrap_or_default()
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    (result["resumed"] == true, result["responses"].as_array().cloned().unwrap_or_default())
 }

@@ -9,6 +9,7 @@
 
 mod hop;
 mod sockets;
+mod tickets;
 mod tls;
 
 use std::net::SocketAddr;

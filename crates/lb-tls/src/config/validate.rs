@@ -97,7 +97,7 @@ pub(super) fn validate(
         match crate::context::Acceptor::build(&tls, i, &fields, (&tickets, lifetime), &mut warnings) {
             Ok(acceptor) => {
                 let quic = match bind {
-                    ListenAddr::Udp(_) => match crate::quic::QuicTls::build(&tls, &fields) {
+                    ListenAddr::Udp(_) => match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime)) {
                         Ok(quic) => Some(Arc::new(quic)),
                         Err(problems) => {
                             for (field, message) in problems {

@@ -17,7 +17,10 @@ use rustls::{CipherSuite, SupportedCipherSuite};
 use crate::certs::{self, LoadedCert};
 use crate::config::validate::TlsFields;
 use crate::config::TlsSettings;
+use crate::context::Sessions;
 use crate::sni::SniIndex;
+
+use super::tickets::SharedTickets;
 
 /// The TLS 1.3 suites by their OpenSSL names (the `ciphersuites` setting's words), and the
 /// name each is logged and sent under (as OpenSSL says it, so HTTP/3 and TLS lines agree).
@@ -84,7 +87,7 @@ type Problems = Vec<(String, String)>;
 impl QuicTls {
     /// Reads the certificates of `tls` and builds the rustls configuration. Problems come back
     /// located at the setting that caused them, as the OpenSSL contexts' do.
-    pub(crate) fn build(tls: &TlsSettings, fields: &TlsFields) -> Result<QuicTls, Problems> {
+    pub(crate) fn build(tls: &TlsSettings, fields: &TlsFields, sessions: Sessions<'_>) -> Result<QuicTls, Problems> {
         let mut suites = Vec::new();
         for word in tls.ciphersuites.split(':').filter(|w| !w.is_empty()) {
             if let Some((name, suite)) = SUITES.iter().find(|(name, _)| *name == word) {
@@ -149,8 +152,10 @@ impl QuicTls {
         base.send_tls13_tickets = usize::from(tls.session_tickets);
         if !tls.session_tickets {
             base.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
-        } else if let Ok(ticketer) = aws_lc_rs::Ticketer::new() {
-            base.ticketer = ticketer;
+        } else {
+            let (store, lifetime) = sessions;
+            let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
+            base.ticketer = Arc::new(SharedTickets { store: store.clone(), lifetime });
         }
         let files = loaded.into_iter().map(|c| c.path).collect();
         Ok(QuicTls { base: Arc::new(base), table, files })

@@ -87,6 +87,13 @@ async fn quic_sessions_resume_across_a_reload() {
     let (resumed, responses) = h3::h3_session(port, "api.example.test", &ca, &get, Some(&ticket));
     assert!(resumed, "the new worker opens the old worker's ticket");
     assert_eq!(responses[0]["status"], 200);
+
+    // The UDP frontend's counters, carried across the reload: two handshakes, one resumed.
+    let out = lb_testkit::lbctl::lbctl_blocking(&tls.control_socket(), &["--json", "show", "stat"]);
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).expect("show stat JSON");
+    let udp = format!("udp:127.0.0.1:{port}");
+    let row = rows.as_array().and_then(|r| r.iter().find(|r| r["pxname"] == udp.as_str())).expect("the UDP row");
+    assert_eq!((&row["ssl_sess"], &row["ssl_reused_sess"], &row["tls1_3"]), (&json!(2), &json!(1), &json!(2)), "{row}");
 }
 
 /// The inodes of this host's UDP sockets bound to `port` and connected to a peer (IPv4).

@@ -18,10 +18,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use lb_supervisor::Shutdown;
-use tokio::net::{TcpStream, UnixStream};
 use tokio_util::task::TaskTracker;
 
-use crate::config::BackendAddr;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
 use crate::stats::Failure;
@@ -56,10 +54,11 @@ pub(crate) struct Endpoint {
     sockets: Arc<Sockets>,
 }
 
-/// A connection's configuration: its own certificate resolver, which notes its cipher suite.
-fn server_config(tls: &QuicTls, cipher: tls::Chosen) -> Result<quinn::ServerConfig, String> {
+/// A connection's configuration: its own certificate resolver and ticketer, which note its
+/// cipher suite and whether it resumed in `seen`.
+fn server_config(tls: &QuicTls, seen: tls::Chosen) -> Result<quinn::ServerConfig, String> {
     let crypto =
-        quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(cipher)).map_err(|e| e.to_string())?;
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(seen)).map_err(|e| e.to_string())?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport.max_concurrent_bidi_streams(MAX_STREAMS.into());
@@ -136,8 +135,8 @@ async fn connection(
     let stats = shared.stats.frontend(frontend);
     let started = Instant::now();
     let peer = incoming.remote_address();
-    let cipher = tls::Chosen::default();
-    let server = match server_config(quic, cipher.clone()) {
+    let seen = tls::Chosen::default();
+    let server = match server_config(quic, seen.clone()) {
         Ok(server) => server,
         Err(e) => return tracing::warn!("QUIC configuration refused: {e}"),
     };
@@ -161,36 +160,26 @@ async fn connection(
             return;
         }
     };
-    let cipher = cipher.lock().ok().and_then(|c| *c);
-    stats.handshake(false, "TLSv1.3", cipher);
+    let (cipher, resumed) = {
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        (seen.cipher, seen.resumed)
+    };
+    stats.handshake(resumed, "TLSv1.3", cipher);
     let sni = conn
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
         .and_then(|d| d.server_name);
     let facts = proxy_header::QuicFacts { sni: sni.as_deref(), cipher };
     let header = proxy_header::v2_quic(peer, local, &facts);
-    let address = &config.backend.address;
-    let connect_timeout = config.global.backend_connect_timeout;
-    let hop = match address {
-        BackendAddr::Tcp(a) => match crate::conn::connect_within(connect_timeout, TcpStream::connect(a)).await {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                hop::open(stream, &header).await
-            }
-            Err(why) => Err(why),
-        },
-        BackendAddr::Unix(p) => match crate::conn::connect_within(connect_timeout, UnixStream::connect(p)).await {
-            Ok(stream) => hop::open(stream, &header).await,
-            Err(why) => Err(why),
-        },
-    };
+    let hop = hop::connect(&config.backend.address, config.global.backend_connect_timeout, &header).await;
     let hop = match hop {
         Ok(hop) => hop,
         Err(why) => {
             stats.backend_failed();
             shared.backend_log.warn("backend failures", || {
                 format!(
-                    "backend {address} {why}: closing QUIC client {peer} on {} after {} ms",
+                    "backend {} {why}: closing QUIC client {peer} on {} after {} ms",
+                    config.backend.address,
                     fe.bind,
                     started.elapsed().as_millis()
                 )

@@ -4,6 +4,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
@@ -11,7 +12,11 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
+
+use crate::config::BackendAddr;
+use crate::conn::connect_within;
 
 /// Request body frames in flight from the QUIC stream to the hop, per request.
 const BODY_FRAMES: usize = 4;
@@ -33,9 +38,22 @@ impl Body for HopBody {
 
 pub(crate) type Hop = SendRequest<HopBody>;
 
+/// A hop connection to `address` within `timeout`, `header` written, HTTP/2 started; or why
+/// not, as the backend failure log says it.
+pub(crate) async fn connect(address: &BackendAddr, timeout: Duration, header: &[u8]) -> Result<Hop, String> {
+    match address {
+        BackendAddr::Tcp(a) => {
+            let stream = connect_within(timeout, TcpStream::connect(a)).await?;
+            let _ = stream.set_nodelay(true);
+            open(stream, header).await
+        }
+        BackendAddr::Unix(p) => open(connect_within(timeout, UnixStream::connect(p)).await?, header).await,
+    }
+}
+
 /// Writes `header` on `io`, then starts HTTP/2 on it; the connection is driven by a task of its
 /// own, which ends when the hop closes.
-pub(crate) async fn open<S>(mut io: S, header: &[u8]) -> Result<Hop, String>
+async fn open<S>(mut io: S, header: &[u8]) -> Result<Hop, String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

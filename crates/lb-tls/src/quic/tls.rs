@@ -2,15 +2,16 @@
 //! the OpenSSL contexts and the same SNI selection (`sni`): exact > wildcard > default, or none
 //! with `sni_nomatch_abort`. TLS 1.3 only (QUIC has no other), ALPN `h3`, no 0-RTT.
 //!
-//! quinn does not tell which cipher suite a connection negotiated, and the PROXY header must
-//! say it: each connection gets its own certificate resolver, which sees the ClientHello and
-//! notes the suite rustls will pick (ours in our order: `ignore_client_order`).
+//! quinn does not tell which cipher suite a connection negotiated nor whether it resumed, and
+//! the PROXY header and the counters must say it: each connection gets its own certificate
+//! resolver, which sees the ClientHello and notes the suite rustls will pick (ours in our
+//! order: `ignore_client_order`), and its own ticketer, which notes a ticket it opened.
 
 use std::sync::{Arc, Mutex};
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{CipherSuite, SupportedCipherSuite};
 
@@ -34,6 +35,7 @@ const SUITES: &[(&str, SupportedCipherSuite)] = &[
 pub(crate) struct QuicTls {
     base: Arc<rustls::ServerConfig>,
     table: Arc<Table>,
+    tickets: Option<Arc<SharedTickets>>,
     /// The PEM files serving, in order (the first is the default).
     pub(crate) files: Vec<std::path::PathBuf>,
 }
@@ -53,8 +55,19 @@ struct Table {
     suites: Vec<(&'static str, CipherSuite)>,
 }
 
-/// What the resolver saw of one connection's ClientHello.
-pub(crate) type Chosen = Arc<Mutex<Option<&'static str>>>;
+/// What one connection's handshake showed of itself.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    pub(crate) cipher: Option<&'static str>,
+    /// A ticket of ours was opened: the session resumed.
+    pub(crate) resumed: bool,
+}
+
+pub(crate) type Chosen = Arc<Mutex<Seen>>;
+
+fn note(seen: &Chosen, what: impl FnOnce(&mut Seen)) {
+    what(&mut seen.lock().unwrap_or_else(|e| e.into_inner()));
+}
 
 #[derive(Debug)]
 struct Resolver {
@@ -62,13 +75,38 @@ struct Resolver {
     cipher: Chosen,
 }
 
+/// The frontend's ticketer, noting for one connection that a ticket opened.
+#[derive(Debug)]
+struct Noting {
+    tickets: Arc<SharedTickets>,
+    seen: Chosen,
+}
+
+impl ProducesTickets for Noting {
+    fn enabled(&self) -> bool {
+        self.tickets.enabled()
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.tickets.lifetime()
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.tickets.encrypt(plain)
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        let plain = self.tickets.decrypt(cipher);
+        note(&self.seen, |seen| seen.resumed = plain.is_some());
+        plain
+    }
+}
+
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let offered = hello.cipher_suites();
         let cipher = self.table.suites.iter().find(|(_, s)| offered.contains(s)).map(|(name, _)| *name);
-        if let Ok(mut slot) = self.cipher.lock() {
-            *slot = cipher;
-        }
+        note(&self.cipher, |seen| seen.cipher = cipher);
         let index = match hello.server_name() {
             // No SNI: the default certificate, even with sni_nomatch_abort (as over TCP).
             None => 0,
@@ -152,19 +190,23 @@ impl QuicTls {
         base.send_tls13_tickets = usize::from(tls.session_tickets);
         if !tls.session_tickets {
             base.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
-        } else {
+        }
+        let tickets = tls.session_tickets.then(|| {
             let (store, lifetime) = sessions;
             let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
-            base.ticketer = Arc::new(SharedTickets { store: store.clone(), lifetime });
-        }
+            Arc::new(SharedTickets { store: store.clone(), lifetime })
+        });
         let files = loaded.into_iter().map(|c| c.path).collect();
-        Ok(QuicTls { base: Arc::new(base), table, files })
+        Ok(QuicTls { base: Arc::new(base), table, tickets, files })
     }
 
-    /// The configuration of one new connection, whose resolver notes the cipher in `cipher`.
-    pub(crate) fn for_connection(&self, cipher: Chosen) -> Arc<rustls::ServerConfig> {
+    /// The configuration of one new connection, which notes what it sees in `seen`.
+    pub(crate) fn for_connection(&self, seen: Chosen) -> Arc<rustls::ServerConfig> {
         let mut config = rustls::ServerConfig::clone(&self.base);
-        config.cert_resolver = Arc::new(Resolver { table: self.table.clone(), cipher });
+        if let Some(tickets) = &self.tickets {
+            config.ticketer = Arc::new(Noting { tickets: tickets.clone(), seen: seen.clone() });
+        }
+        config.cert_resolver = Arc::new(Resolver { table: self.table.clone(), cipher: seen });
         Arc::new(config)
     }
 }

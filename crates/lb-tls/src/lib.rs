@@ -73,4 +73,6 @@ pub use daemon::TlsDaemon;
 pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
 pub use library::tls_library;
+/// The UDP datagram entry point of an HTTP/3 frontend under arbitrary input (fuzz/).
+pub use quic::fuzz::datagrams as fuzz_quic_datagrams;
 pub use serve::{run, start, Server};

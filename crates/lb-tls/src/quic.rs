@@ -7,6 +7,7 @@
 //! library"). QUIC connections count against `max_connections` and in the frontend's counters
 //! as TLS connections do; a drain sends GOAWAY and lets the requests in flight finish.
 
+pub(crate) mod fuzz;
 mod hop;
 mod sockets;
 mod tickets;

@@ -110,11 +110,13 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
     for (index, fe) in config.frontends.iter().enumerate() {
         let listener = listeners.take(&fe.bind).ok_or_else(|| Error::MissingListener { address: fe.bind.clone() })?;
         let listener_error = |source| Error::Listener { address: fe.bind.clone(), source };
-        if let (Listener::Udp(socket), Some(quic)) = (&listener, &fe.quic) {
-            let socket = socket.try_clone().map_err(listener_error)?;
-            endpoints.push((index, crate::quic::endpoint(socket, quic).map_err(listener_error)?));
-            continue;
-        }
+        let listener = match (listener, &fe.quic) {
+            (Listener::Udp(socket), Some(quic)) => {
+                endpoints.push((index, crate::quic::endpoint(socket, quic).map_err(listener_error)?));
+                continue;
+            }
+            (listener, _) => listener,
+        };
         if let (Some(backlog), Listener::Tcp(l)) = (config.global.backlog, &listener) {
             // listen() again on a listening socket only changes its backlog.
             socket2::SockRef::from(l).listen(backlog).map_err(listener_error)?;

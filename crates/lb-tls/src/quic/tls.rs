@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use rustls::crypto::{aws_lc_rs, CryptoProvider};
+use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -30,6 +30,18 @@ const SUITES: &[(&str, SupportedCipherSuite)] = &[
     ("TLS_AES_256_GCM_SHA384", aws_lc_rs::cipher_suite::TLS13_AES_256_GCM_SHA384),
     ("TLS_CHACHA20_POLY1305_SHA256", aws_lc_rs::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256),
 ];
+
+/// A key exchange group by its OpenSSL names (the `ecdh_curves` setting's words).
+fn group(word: &str) -> Option<&'static dyn SupportedKxGroup> {
+    use aws_lc_rs::kx_group;
+    Some(match word {
+        "X25519" | "x25519" => kx_group::X25519,
+        "P-256" | "prime256v1" | "secp256r1" => kx_group::SECP256R1,
+        "P-384" | "secp384r1" => kx_group::SECP384R1,
+        "X25519MLKEM768" => kx_group::X25519MLKEM768,
+        _ => return None,
+    })
+}
 
 /// How one QUIC frontend terminates TLS: the base configuration each connection copies.
 pub(crate) struct QuicTls {
@@ -136,10 +148,16 @@ impl QuicTls {
             let message = "no TLS 1.3 suite QUIC can use (TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256)";
             return Err(vec![(fields.ciphersuites.clone(), message.to_owned())]);
         }
-        let provider = Arc::new(CryptoProvider {
-            cipher_suites: suites.iter().map(|(_, s)| *s).collect(),
-            ..aws_lc_rs::default_provider()
-        });
+        let mut provider =
+            CryptoProvider { cipher_suites: suites.iter().map(|(_, s)| *s).collect(), ..aws_lc_rs::default_provider() };
+        if let Some(curves) = &tls.ecdh_curves {
+            provider.kx_groups = curves.split(':').filter_map(|word| group(word.trim())).collect();
+            if provider.kx_groups.is_empty() {
+                let message = "no group QUIC can use (X25519, P-256, P-384, X25519MLKEM768)";
+                return Err(vec![(fields.ecdh_curves.clone(), message.to_owned())]);
+            }
+        }
+        let provider = Arc::new(provider);
         let mut problems = Problems::new();
         let mut loaded: Vec<LoadedCert> = Vec::new();
         // The files are read by the same code as the OpenSSL contexts' (whose load gave the

@@ -28,6 +28,8 @@
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
 //! - `counted`: the backend stream that counts bytes each way.
+//! - `stream`: the client's TLS stream under tokio (the openssl crate's, polled with the
+//!   task's waker), and the flush of the session ticket after a handshake.
 //! - `drained`: the client's TLS stream, read only when there may be something to read.
 //! - `stats`: the counters, their hand-over across reloads, and their text (`show stat`,
 //!   `show info`, Prometheus).
@@ -57,6 +59,7 @@ mod runtime;
 mod serve;
 mod sni;
 mod stats;
+mod stream;
 #[cfg(test)]
 mod test_server;
 mod tickets;

@@ -2,7 +2,6 @@
 //! arrive together are all read, and a read that would find nothing waits for the socket.
 
 use std::io::{Read as _, Write as _};
-use std::pin::Pin;
 use std::time::Duration;
 
 use openssl::ssl::{Ssl, SslContext, SslContextBuilder, SslMethod, SslVerifyMode};

@@ -30,7 +30,7 @@ impl<B: AsyncRead + Unpin> AsyncRead for Counted<'_, B> {
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         let read = buf.filled().len() - before;
         if read > 0 {
-            self.stats.to_client(read as u64);
+            self.stats.sent_to_client(read as u64);
         }
         polled
     }
@@ -40,7 +40,7 @@ impl<B: AsyncWrite + Unpin> AsyncWrite for Counted<'_, B> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(n)) = polled {
-            self.stats.from_client(n as u64);
+            self.stats.received_from_client(n as u64);
         }
         polled
     }

@@ -12,6 +12,8 @@
 //!   ([`prefer_server_ciphersuites`]), which AWS-LC does not apply itself.
 //! - Read-ahead ([`set_read_ahead`]), which the openssl crate does not wrap at all.
 //! - The zero-byte write ([`write_nothing`]), which the openssl crate skips.
+//! - A session added to a context's cache ([`add_session`]), which the openssl crate marks
+//!   unsafe: the session must come from that context (a reload hands them over).
 #![allow(unsafe_code)]
 
 #[cfg(feature = "aws-lc")]
@@ -23,7 +25,7 @@ use std::time::Duration;
 use foreign_types::ForeignTypeRef as _;
 use openssl::error::ErrorStack;
 use openssl::ex_data::Index;
-use openssl::ssl::{SslContext, SslContextBuilder, SslRef};
+use openssl::ssl::{SslContext, SslContextBuilder, SslRef, SslSessionRef};
 use openssl_sys::{EVP_CIPHER_CTX, HMAC_CTX, SSL};
 
 use crate::tickets::{TicketStore, NAME_BYTES};
@@ -325,6 +327,15 @@ pub(crate) fn write_nothing(ssl: &SslRef) -> bool {
     // Whatever it pushed on this thread's error queue must not show up in a later call.
     drop(ErrorStack::get());
     code == openssl_sys::SSL_ERROR_WANT_WRITE
+}
+
+/// `SSL_CTX_add_session`: `session` joins `ctx`'s session-ID cache. False when it was there.
+pub(crate) fn add_session(ctx: &SslContext, session: &SslSessionRef) -> bool {
+    // SAFETY: the openssl crate asks that the session was never used with another context:
+    // it comes from the DER of a session this frontend's context made in the previous worker
+    // (a frontend's sessions are handed to the same frontend), and the library takes its own
+    // reference.
+    unsafe { ctx.add_session(session) }
 }
 
 #[cfg(test)]

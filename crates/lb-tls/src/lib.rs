@@ -9,8 +9,8 @@
 //! the frontend sockets and passes them by fd to each worker, which serves them with [`start`].
 //! A reload (`lbctl reload`, SIGHUP) starts a worker on the configuration and certificate files
 //! as they are then; a file that does not load fails the reload and leaves the current worker
-//! serving. Session tickets are made with keys the master owns and hands to every worker, so
-//! sessions resume across reloads. Each worker counts connections, handshakes (resumed, by
+//! serving. Session tickets are made with keys the master owns and hands to every worker, and
+//! the session-ID cache goes from each worker to the next, so sessions resume across reloads. Each worker counts connections, handshakes (resumed, by
 //! protocol and cipher) and failed handshakes by reason: `lbctl -f lb-tls.yaml show stat`,
 //! `show info`, and /metrics on `global.metrics_address`; the totals carry on across reloads.
 //! Tests may call [`run`] with port-0 sockets.
@@ -25,6 +25,7 @@
 //! - `sni`: exact > wildcard > default certificate selection.
 //! - `tickets`: session-ticket keys (the master's, or `ticket_key_files`), swapped while serving.
 //! - `context`: OpenSSL contexts per certificate and the servername switch.
+//! - `sessions`: the session-ID cache of each frontend, handed to the next worker at a reload.
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
 //! - `counted`: the backend stream that counts bytes each way.
@@ -57,6 +58,7 @@ mod proxy_header;
 mod ratelog;
 mod runtime;
 mod serve;
+mod sessions;
 mod sni;
 mod stats;
 mod stream;

@@ -146,11 +146,11 @@ impl FrontendStats {
         self.backend_failures.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn from_client(&self, bytes: u64) {
+    pub(crate) fn received_from_client(&self, bytes: u64) {
         self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    pub(crate) fn to_client(&self, bytes: u64) {
+    pub(crate) fn sent_to_client(&self, bytes: u64) {
         self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
     }
 

@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::config::{BackendAddr, WriteProxy};
+use crate::copy;
 use crate::counted::Counted;
 use crate::drained::{Drained, ReadReady, Socket};
 use crate::library::reason_words;
@@ -217,7 +218,8 @@ where
     }
     let mut backend = Counted::new(backend, stats);
     // Responses are the bulk: read them 16 KiB at a time, one full TLS record per write.
-    // Requests go in 8 KiB reads. (Both buffers live as long as the connection.)
+    // Requests go in 8 KiB reads. (Into the thread's buffer: the connection holds one only
+    // while bytes wait for a slow peer.)
     let mut tls = Drained::new(tls);
-    let _ = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut backend, TO_BACKEND_BUF, TO_CLIENT_BUF).await;
+    let _ = copy::both_ways(&mut tls, &mut backend, TO_BACKEND_BUF, TO_CLIENT_BUF).await;
 }

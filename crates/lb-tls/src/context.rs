@@ -224,8 +224,10 @@ fn configure(
     if let Some(curves) = &tls.ecdh_curves {
         b.set_groups_list(curves).map_err(at(&fields.ecdh_curves))?;
     }
-    // An idle connection keeps no read or write buffer (about 34 KiB each otherwise).
-    b.set_mode(SslMode::RELEASE_BUFFERS);
+    // An idle connection keeps no read or write buffer (about 34 KiB each otherwise). A write
+    // the socket did not take is retried from the copy's own buffer, not the scratch buffer
+    // it was first made from (`copy`).
+    b.set_mode(SslMode::RELEASE_BUFFERS | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
     // Sessions (and tickets) of one frontend resume only on that frontend.
     b.set_session_id_context(format!("lb-tls-{frontend}").as_bytes()).map_err(at(&frontend_field))?;
     if !tls.alpn_protocols.is_empty() {

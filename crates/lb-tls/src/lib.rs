@@ -28,6 +28,7 @@
 //! - `sessions`: the session-ID cache of each frontend, handed to the next worker at a reload.
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
+//! - `copy`: both directions of a connection, with a buffer only while bytes wait.
 //! - `counted`: the backend stream that counts bytes each way.
 //! - `stream`: the client's TLS stream under tokio (the openssl crate's, polled with the
 //!   task's waker), and the flush of the session ticket after a handshake.
@@ -47,6 +48,7 @@ mod certs;
 mod config;
 mod conn;
 mod context;
+mod copy;
 mod counted;
 mod daemon;
 mod drained;

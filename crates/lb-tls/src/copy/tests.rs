@@ -8,8 +8,8 @@ use super::*;
 #[tokio::test]
 async fn both_directions_arrive_whole_through_slow_pipes_and_end_with_half_close() {
     // client ⇄ (a) copy (b) ⇄ server; the pipes hold 100 bytes, so writes block often.
-    let (mut client, mut a) = duplex(100);
-    let (mut b, mut server) = duplex(100);
+    let (client, mut a) = duplex(100);
+    let (mut b, server) = duplex(100);
     let copy = tokio::spawn(async move { both_ways(&mut a, &mut b, 8 * 1024, 16 * 1024).await });
     let up: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
     let down: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();

@@ -49,7 +49,7 @@ impl Server {
 
     /// The runtime commands' handler over this server's counters.
     pub(crate) fn runtime(&self) -> Arc<Handler> {
-        Arc::new(Handler::new(self.shared.stats.clone(), process(&self.shared.config)))
+        Arc::new(Handler::new(self.shared.stats.clone(), process(&self.shared.config), self.shared.config.clone()))
     }
 
     /// Resolves once the shutdown has been carried out.

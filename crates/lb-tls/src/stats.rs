@@ -146,9 +146,12 @@ impl FrontendStats {
         self.backend_failures.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn transferred(&self, from_client: u64, to_client: u64) {
-        self.bytes_in.fetch_add(from_client, Ordering::Relaxed);
-        self.bytes_out.fetch_add(to_client, Ordering::Relaxed);
+    pub(crate) fn received_from_client(&self, bytes: u64) {
+        self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sent_to_client(&self, bytes: u64) {
+        self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn totals(&self) -> Totals {

@@ -240,3 +240,47 @@ async fn too_little_traffic_promotes_with_a_warning_or_rolls_back_as_configured(
     assert_eq!(answer.code, Some(0), "{answer}");
     assert!(!answer.stdout.contains("canary"), "{answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_after_a_promotion_starts_the_previous_configuration_again() {
+    let (old, new) = (TestServer::start("old"), TestServer::start("new"));
+    let proxy = ProxyProcess::start_with(1, config(old.addr(), "", "", "30s"));
+    let nothing = proxy.lbctl(&["rollback"]).await;
+    assert_eq!(nothing.code, Some(1), "{nothing}");
+    assert!(nothing.stderr.contains("nothing to roll back to"), "{nothing}");
+
+    proxy.write_config(&config(new.addr(), "", "", "30s")(proxy.ports()));
+    assert!(proxy.reload().await.is_ok());
+    let (by_server, _, _) = hits(proxy.addr(), 20, 2).await;
+    assert_eq!(by_server.get("new"), Some(&20));
+
+    let back = proxy.lbctl(&["rollback"]).await;
+    assert_eq!(back.code, Some(0), "{back}");
+    assert!(back.stdout.contains("serves the previous configuration"), "{back}");
+    let (by_server, failed, _) = hits(proxy.addr(), 20, 2).await;
+    assert_eq!((failed, by_server.get("old")), (0, Some(&20)), "{by_server:?}");
+    assert!(!proxy.dir().join(".lb-proxy.yaml.rollback").exists(), "the copy stays behind");
+    // The file on disk is the reference: the next reload reads it.
+    assert!(proxy.reload().await.is_ok());
+    let (by_server, _, _) = hits(proxy.addr(), 20, 2).await;
+    assert_eq!(by_server.get("new"), Some(&20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_master_dies_during_a_canary_both_workers_drain_and_exit() {
+    let (old, new) = (TestServer::start("old"), TestServer::start("new"));
+    let mut proxy = ProxyProcess::start_with(1, config(old.addr(), "", "", "30s"));
+    proxy.write_config(&config(new.addr(), "", "", "30s")(proxy.ports()));
+    let reload = reload_in_background(&proxy, &["--canary", "50%", "--for", "10m"]);
+    canary_pid(&proxy).await;
+    let workers = proxy.worker_pids();
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    proxy.kill_with(lb_testkit::Signal::SIGKILL);
+    assert!(proxy.wait_exit(Duration::from_secs(5)).await.is_some());
+    // Whoever waited learns the outcome is unknown (the master is gone), not a verdict.
+    let answer = reload.await.expect("the reload task");
+    assert_eq!(answer.code, Some(69), "{answer}");
+    // Neither worker waits for the other for long: both hand nothing more over and go.
+    let gone = wait_until(Duration::from_secs(10), || workers.iter().all(|&w| !lb_testkit::procfs::is_alive(w))).await;
+    assert!(gone, "workers still alive: {workers:?}");
+}

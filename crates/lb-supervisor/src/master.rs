@@ -15,6 +15,7 @@ mod detach;
 mod proc;
 mod reload;
 mod retire;
+mod rollback;
 mod spawn;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -116,6 +117,8 @@ struct Worker {
     held: bool,
     /// Waiting for its canary figures.
     figures_waiters: VecDeque<oneshot::Sender<Option<crate::Figures>>>,
+    /// The configuration it started on, as read then (for `lbctl rollback`).
+    config_text: Option<Vec<u8>>,
 }
 
 /// The reload under way.
@@ -163,6 +166,10 @@ struct Master {
     /// The canary under way, and the verdicts given.
     canary: Option<canary::Canary>,
     verdicts: canary::Record,
+    /// The configuration the previous current worker started on, and a copy of it written for
+    /// the rollback under way (see `rollback`).
+    previous_config: Option<Vec<u8>>,
+    rollback_file: Option<PathBuf>,
     /// Runtime commands that came while no worker served yet (the first one is starting, or a
     /// crashed one is being replaced): sent to the next current worker, or failed with it.
     waiting_runtime: Vec<(String, oneshot::Sender<Response>)>,
@@ -253,6 +260,8 @@ impl Master {
             queued_ask: None,
             canary: None,
             verdicts: canary::Record::default(),
+            previous_config: None,
+            rollback_file: None,
             waiting_runtime: Vec::new(),
             crashes: VecDeque::new(),
             respawn_at: None,
@@ -330,7 +339,9 @@ impl Master {
         if self.current.is_some() {
             self.notifier.reloading(&format!("reloading: starting worker generation {generation}"));
         }
-        let spawned = match spawn::spawn(&self.exe, &self.config, generation, self.events_tx.clone()) {
+        let source = self.source_for_next_worker();
+        let config_text = std::fs::read(&source).ok();
+        let spawned = match spawn::spawn(&self.exe, &source, generation, self.events_tx.clone()) {
             Ok(spawned) => spawned,
             Err(e) => {
                 let error = format!("cannot start a worker ({}): {e}", self.exe.display());
@@ -371,6 +382,7 @@ impl Master {
                 canary_call: self.current.map(|_| CanaryCall { ask }),
                 held: false,
                 figures_waiters: VecDeque::new(),
+                config_text,
             },
         );
         self.reload = Some(Reload {

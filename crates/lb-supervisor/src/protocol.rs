@@ -24,7 +24,8 @@ pub enum Request {
     /// (`lbctl reload --canary 10% --for 30s`, `--canary off`).
     ReloadWith { canary: CanaryAsk },
     /// Roll back the canary under way: the new worker drains, the current one keeps serving,
-    /// and the reload fails for whoever waited for it.
+    /// and the reload fails for whoever waited for it. Without a canary: start a worker on the
+    /// configuration the previous worker served (the master keeps its text).
     Rollback,
     /// The master and its workers.
     ShowProc,
@@ -45,9 +46,10 @@ pub enum Response {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         canary: Option<String>,
     },
-    /// A canary was rolled back by hand ([`Request::Rollback`]).
+    /// [`Request::Rollback`] done: `message` says what serves now.
     RolledBack {
         generation: u64,
+        message: String,
     },
     /// Nothing changed: the previous worker keeps serving. `error` holds the worker's own
     /// messages (`file:line:col: field: problem`) or what went wrong starting it.

@@ -30,7 +30,8 @@ Commands:
                worker takes SHARE of new connections for DURATION and is promoted or rolled
                back by its figures; the answer comes with the verdict.
   rollback     Roll back the canary under way: the new worker drains, the current one keeps
-               serving, and the reload that started it fails.
+               serving, and the reload that started it fails. Without a canary: start a worker
+               on the configuration the previous worker served (kept by the master).
   show proc    The master and its workers: PID, role, generation, reloads, uptime, version,
                client connections.
   WORDS...     Any other words are a runtime command for the current worker: show stat,

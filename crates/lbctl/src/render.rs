@@ -61,9 +61,7 @@ pub(crate) fn response(response: &Response, command: Option<&str>, json: bool) -
             let verdict = canary.as_ref().map_or_else(String::new, |v| format!("canary {v}\n"));
             Outcome::out(format!("{verdict}reloaded: worker {pid} generation {generation} serving ({took_ms} ms)\n"))
         }
-        Response::RolledBack { generation } => Outcome::out(format!(
-            "rolled back: the canary (generation {generation}) drains, the current worker serves\n"
-        )),
+        Response::RolledBack { message, .. } => Outcome::out(format!("rolled back: {message}\n")),
         // The error may hold many lines (one per configuration problem): all of them matter.
         Response::ReloadFailed { error } => Outcome::failed(line(format!("reload failed: {error}"))),
         Response::Proc(table) => Outcome::out(proc_table(table)),

@@ -293,8 +293,11 @@ impl Master {
     /// `lbctl rollback`.
     pub(super) async fn rollback_by_hand(&mut self) -> Response {
         match self.roll_back("rolled back by hand (lbctl rollback)".to_owned()).await {
-            Some(generation) => Response::RolledBack { generation },
-            None => Response::Error { message: "no canary under way: nothing to roll back".into() },
+            Some(generation) => Response::RolledBack {
+                generation,
+                message: format!("the canary (generation {generation}) drains, the current worker serves"),
+            },
+            None => Response::Error { message: "no canary under way".into() },
         }
     }
 }

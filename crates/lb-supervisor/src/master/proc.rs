@@ -17,10 +17,7 @@ impl Master {
         match request {
             Request::Reload => self.request_reload(Some(reply), None).await,
             Request::ReloadWith { canary } => self.request_reload(Some(reply), Some(canary)).await,
-            Request::Rollback => {
-                let answer = self.rollback_by_hand().await;
-                let _ = reply.send(answer);
-            }
+            Request::Rollback => self.rollback(reply).await,
             Request::ShowProc => self.show_proc(reply).await,
             Request::Runtime { line } => self.runtime(line, reply).await,
         }

@@ -28,6 +28,7 @@ impl Master {
             worker.version = version;
             worker.held = canary.is_some();
         }
+        self.forget_rollback_file();
         let mut waiters = reload.waiters;
         // A canary under way is superseded by this newer worker, whatever becomes of it: the
         // newest configuration is the one judged, against the current worker.
@@ -63,6 +64,7 @@ impl Master {
         self.send_secrets().await;
         self.settings = settings;
         if let Some(old) = previous.and_then(|g| self.workers.get_mut(&g)) {
+            self.previous_config = old.config_text.clone();
             old.role = Role::Old;
             old.hard_stop_at = self.settings.hard_stop_after_ms.map(|ms| now + Duration::from_millis(ms));
             // Its counters first, then the drain: the new worker counts on from them.
@@ -106,6 +108,7 @@ impl Master {
 
     pub(super) async fn fail_reload(&mut self, error: String) {
         let Some(mut reload) = self.reload.take() else { return };
+        self.forget_rollback_file();
         reload.failed = true;
         tracing::error!(generation = reload.generation, "reload failed: {error}");
         if let Some(worker) = self.workers.get_mut(&reload.generation) {

@@ -18,12 +18,14 @@ use lb_testkit::{wait_until, ProxyProcess, TestServer};
 
 /// `global` and the backend's server line, with a canary setting of `canary` (YAML under
 /// `global.canary`, empty for none) and `timeouts` for the defaults.
+/// With a second port, the stats listener (`/metrics`) is on it.
 fn config(server: SocketAddr, canary: &str, server_line: &str, server_timeout: &str) -> impl Fn(&[u16]) -> String {
     let canary = if canary.is_empty() { String::new() } else { format!("  canary: {{ {canary} }}\n") };
     let (server_line, server_timeout) = (server_line.to_owned(), server_timeout.to_owned());
     move |ports: &[u16]| {
+        let stats = ports.get(1).map_or_else(String::new, |p| format!("  stats: {{ address: \"127.0.0.1:{p}\" }}\n"));
         format!(
-            "global:\n  worker_threads: 1\n{canary}\
+            "global:\n  worker_threads: 1\n{canary}{stats}\
              defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: {server_timeout}, http_keep_alive: 30s }}\n\
              frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{fe}\"]\n    default_backend: be\n\
              backends:\n  - name: be\n    servers: [ {{ name: s, address: \"{server}\"{server_line} }} ]\n",
@@ -225,7 +227,7 @@ async fn a_reload_during_a_canary_judges_the_newest_configuration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_little_traffic_promotes_with_a_warning_or_rolls_back_as_configured() {
     let (old, new) = (TestServer::start("old"), TestServer::start("new"));
-    let proxy = ProxyProcess::start_with(1, config(old.addr(), "", "", "30s"));
+    let proxy = ProxyProcess::start_with(2, config(old.addr(), "", "", "30s"));
     let ports = proxy.ports().to_vec();
     proxy.write_config(&config(new.addr(), "duration: 300ms, too_little_traffic: rollback", "", "30s")(&ports));
     let answer = proxy.lbctl(&["reload"]).await;
@@ -235,6 +237,20 @@ async fn too_little_traffic_promotes_with_a_warning_or_rolls_back_as_configured(
     let answer = proxy.lbctl(&["reload"]).await;
     assert_eq!(answer.code, Some(0), "{answer}");
     assert!(answer.stdout.contains("promoted with too little traffic to judge"), "{answer}");
+    // Both verdicts: a row in `show proc`, a counter in /metrics.
+    let table = proxy.show_proc().await;
+    assert_eq!((table.canary.promoted, table.canary.rolled_back), (1, 1), "{table:?}");
+    assert!(table.canary.verdicts[0].promoted && !table.canary.verdicts[1].promoted, "{table:?}");
+    let shown = proxy.lbctl(&["show", "proc"]).await.stdout;
+    assert!(shown.contains("# canary verdicts: 1 promoted, 1 rolled back"), "{shown}");
+    let metrics = client::get_ok(format!("127.0.0.1:{}", ports[1]).parse().expect("an address"), "/metrics")
+        .await
+        .expect("/metrics")
+        .text();
+    for verdict in ["promoted", "rolled_back"] {
+        let line = format!("lb_proxy_canary_verdicts_total{{verdict=\"{verdict}\"}} 1");
+        assert!(metrics.lines().any(|l| l == line), "no `{line}` in:\n{metrics}");
+    }
     // `--canary off` skips the configured canary.
     let answer = proxy.lbctl(&["reload", "--canary", "off"]).await;
     assert_eq!(answer.code, Some(0), "{answer}");

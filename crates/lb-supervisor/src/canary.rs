@@ -253,6 +253,8 @@ impl Figures {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub promote: bool,
+    /// Judged by its figures; `false`: too little traffic, decided by `too_little_traffic`.
+    pub judged: bool,
     /// One line: the figures that decided it.
     pub summary: String,
 }
@@ -265,6 +267,7 @@ pub fn judge(settings: &CanarySettings, old: &Figures, new: &Figures) -> Verdict
         let verb = if promote { "promoted" } else { "rolled back" };
         return Verdict {
             promote,
+            judged: false,
             summary: format!(
                 "{verb} with too little traffic to judge: {counted} (min_requests {}, too_little_traffic {})",
                 settings.min_requests,
@@ -311,9 +314,13 @@ pub fn judge(settings: &CanarySettings, old: &Figures, new: &Figures) -> Verdict
         };
         let failed: u64 = new.failures.values().sum();
         let failed_old: u64 = old.failures.values().sum();
-        Verdict { promote: true, summary: format!("promoted: {counted}, failures {failed} vs {failed_old}{p99}") }
+        Verdict {
+            promote: true,
+            judged: true,
+            summary: format!("promoted: {counted}, failures {failed} vs {failed_old}{p99}"),
+        }
     } else {
-        Verdict { promote: false, summary: format!("rolled back: {counted}; {}", worse.join("; ")) }
+        Verdict { promote: false, judged: true, summary: format!("rolled back: {counted}; {}", worse.join("; ")) }
     }
 }
 

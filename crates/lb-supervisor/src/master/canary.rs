@@ -185,6 +185,9 @@ impl Master {
         let new = since(new, &canary.baseline.1);
         let verdict = judge(&canary.settings, &old, &new);
         if verdict.promote {
+            if !verdict.judged {
+                tracing::warn!(generation, "canary {}", verdict.summary);
+            }
             self.end_canary_promoting(verdict.summary).await;
         } else {
             self.roll_back(verdict.summary).await;

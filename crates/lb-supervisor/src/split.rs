@@ -256,13 +256,20 @@ impl Port {
     pub(crate) async fn accept(&self, socket: &Socket, keepalive: Option<Duration>) -> io::Result<Accepted> {
         let mut rx = self.rx.lock().await;
         loop {
-            let mut route = self.splitter.inner.route.subscribe();
-            let hold = self.splitter.holds();
+            if self.splitter.holds() {
+                let mut route = self.splitter.inner.route.subscribe();
+                if self.splitter.holds() {
+                    tokio::select! {
+                        Some(handed) = rx.recv() => return socket.adopt(handed.fd, keepalive),
+                        _ = route.changed() => {}
+                    }
+                }
+                continue;
+            }
             tokio::select! {
                 biased;
                 Some(handed) = rx.recv() => return socket.adopt(handed.fd, keepalive),
-                _ = route.changed(), if hold => continue,
-                accepted = socket.accept_raw(), if !hold => {
+                accepted = socket.accept_raw() => {
                     let accepted = accepted?;
                     match self.splitter.theirs() {
                         Some(link) => {
@@ -287,6 +294,10 @@ impl Drop for Port {
             left.push(handed);
         }
         if left.is_empty() {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            tracing::warn!(address = %self.address, "{} connections handed over lost: the worker is ending", left.len());
             return;
         }
         let address = self.address.clone();

@@ -27,7 +27,7 @@ impl Share {
         let bad = || format!("invalid share `{text}`: expected a percentage above 0 and at most 100%, e.g. 10%");
         let number = text.trim().strip_suffix('%').ok_or_else(bad)?;
         let hundredths = fixed(number.trim(), 2).ok_or_else(bad)?;
-        if hundredths == 0 || hundredths > 100_00 {
+        if hundredths == 0 || hundredths > 10_000 {
             return Err(bad());
         }
         Ok(Share(u32::try_from(hundredths * 100).map_err(|_| bad())?))

@@ -296,7 +296,7 @@ impl Stats {
     /// failures, summed over the frontends (cumulative; the master takes differences).
     pub(crate) fn figures(&self) -> lb_supervisor::Figures {
         let mut sum = Totals::default();
-        for (_, totals) in &self.snapshot().0 {
+        for totals in self.snapshot().0.values() {
             sum.add(totals);
         }
         let mut failures: std::collections::BTreeMap<String, u64> = Failure::ALL

@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn commands() {
         assert_eq!(run(&["reload"]), cli(SocketChoice::Default, false, Request::Reload));
-        let canary = CanaryAsk::On { share: Share::parse("10%").unwrap(), duration_ms: 30_000 };
+        let canary = CanaryAsk::On { share: Share::parse("10%").expect("a share"), duration_ms: 30_000 };
         let with = |canary| cli(SocketChoice::Default, false, Request::ReloadWith { canary });
         assert_eq!(run(&["reload", "--canary", "10%", "--for", "30s"]), with(canary));
         assert_eq!(run(&["reload", "--canary", "off"]), with(CanaryAsk::Off));

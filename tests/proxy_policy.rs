@@ -272,27 +272,24 @@ async fn a_public_api_edge() {
     // The capture block in the httplog line, as halog reads it.
     let line = proxy.wait_for_log(|l| l.contains("{curl-policy-test")).await;
     assert!(line.contains(" {curl-policy-test} \"GET /echo HTTP/1.1\""), "{line}");
-    assert_eq!(halog(&["-hdr", "1:1"], &[line]).trim(), "curl-policy-test");
+    assert_eq!(lb_testkit::log::halog(&["-hdr", "1:1"], &[line.clone()]).trim(), "curl-policy-test");
+    // And as haproxy-log-analysis reads it (PyPI; scripts/install-deps test installs it).
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/pyenv/bin/python");
+    let script = "import sys\nfrom haproxy.line import parse_line\nl = parse_line(sys.stdin.read().strip())\n\
+                  print(l.is_valid, l.captured_request_headers, l.http_request_path, l.status_code)";
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} (scripts/install-deps test installs it): {e}", python.display()));
+    child.stdin.take().expect("stdin").write_all(line.as_bytes()).expect("to python");
+    let parsed = String::from_utf8_lossy(&child.wait_with_output().expect("python").stdout).into_owned();
+    assert_eq!(parsed.trim(), "True curl-policy-test /echo 200");
 
     // Every rule's hits.
     let rules = proxy.runtime("show rules public");
     assert!(rules.lines().any(|l| l.starts_with("public http_request 0 deny ")), "{rules}");
-}
-
-fn halog(args: &[&str], lines: &[String]) -> String {
-    let mut child = std::process::Command::new("halog")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("halog (Debian's haproxy package)");
-    let mut input = child.stdin.take().expect("stdin");
-    for line in lines {
-        writeln!(input, "{line}").expect("to halog");
-    }
-    drop(input);
-    String::from_utf8_lossy(&child.wait_with_output().expect("halog").stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,4 +306,99 @@ async fn a_bad_list_file_fails_the_reload_and_the_old_worker_serves() {
     let said = format!("{refused:?}");
     assert!(said.contains(&format!("{}:2:1", blocked.display())) && said.contains("0 to 32"), "{said}");
     assert_eq!(fetch(&format!("{api}/echo"), &[]).status, 200, "the old worker still serves");
+}
+
+/// Every fetch, matcher and action not shown above, each against a real server, with a map
+/// changed at run time moving requests between backends at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fetch_matcher_and_action() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (TestServer::start("a"), TestServer::start("b"));
+    let map = dir.path().join("tenants.map");
+    std::fs::write(&map, "acme a\nglobex b\n").expect("map");
+    let (a_addr, b_addr, map_path) = (a.addr(), b.addr(), map.display().to_string());
+    let proxy = ProxyProcess::start_with(1, move |ports| {
+        format!(
+            r#"global:
+  log: {{ target: stdout, format: haproxy }}
+lists:
+  legacy: {{ type: prefix, values: [/old/, /older/] }}
+  agents: {{ type: string, values: [Scanner, BadBot], ignore_case: true }}
+maps:
+  tenants: {{ file: {map_path} }}
+frontends:
+  - name: fe
+    bind: ["127.0.0.1:{p}"]
+    default_backend: a
+    http_request:
+      - allow: true
+        if: {{ cookie: {{ name: role, equals: admin }} }}
+      - deny: {{ status: 403, body: "agent" }}
+        if: {{ header: {{ name: user-agent, list: agents }} }}
+      - deny: {{ status: 418, body: "teapot" }}
+        if: {{ uri: {{ contains: "brew=1" }} }}
+      - deny: {{ status: 405, body: "method" }}
+        unless: {{ method: {{ in: [GET, HEAD, POST] }} }}
+      - deny: {{ status: 400, body: "json only" }}
+        if: {{ all: [{{ method: POST }}, {{ not: {{ header: {{ name: content-type, suffix: /JSON, ignore_case: true }} }} }}] }}
+      - deny: {{ status: 429, body: "small ports" }}
+        if: {{ src_port: {{ lt: 1024 }} }}
+      - set_path: "/echo"
+        if: {{ path: {{ list: legacy }} }}
+      - add_header: {{ name: X-Fe, value: "%f" }}
+        if: {{ frontend: fe }}
+      - add_header: {{ name: X-Fe, value: "again" }}
+    http_response:
+      - capture: {{ header: x-server, length: 8 }}
+      - add_header: {{ name: X-Seen-By, value: "lb %ST" }}
+        if: {{ response_header: {{ name: x-server, exists: true }} }}
+    rules:
+      - backend: {{ map: tenants, key: {{ header: X-Tenant }} }}
+backends:
+  - name: a
+    servers: [{{ name: a1, address: "{a_addr}" }}]
+  - name: b
+    servers: [{{ name: b1, address: "{b_addr}" }}]
+"#,
+            p = ports[0]
+        )
+    });
+    let base = format!("http://{}", proxy.addr());
+    let status = |path: &str, args: &[&str]| fetch(&format!("{base}{path}"), args);
+    // Cookie + allow: the admin skips every deny that follows.
+    assert_eq!(status("/x?brew=1", &["-A", "scanner", "-b", "role=admin"]).status, 200);
+    // String list, ignoring case.
+    assert_eq!(status("/x", &["-A", "SCANNER"]).body, "agent");
+    // uri contains.
+    assert_eq!(status("/x?brew=1", &[]).status, 418);
+    // unless + in.
+    assert_eq!(status("/x", &["-X", "DELETE"]).status, 405);
+    // all + not + suffix (ignore_case).
+    assert_eq!(status("/x", &["-X", "POST", "-d", "a=1"]).status, 400);
+    assert_eq!(status("/echo", &["-X", "POST", "-H", "Content-Type: application/json", "-d", "{}"]).status, 200);
+    // Prefix list + set_path: /old/... is served as /echo (the echo answers with JSON).
+    let r = status("/old/thing?k=v", &[]);
+    let echo = r.echo();
+    assert_eq!((echo["path"].as_str(), echo["query"].as_str()), (Some("/echo"), Some("k=v")));
+    // frontend fetch + add_header twice (both kept, in order); response_header + status template.
+    assert_eq!(echo_header(&echo, "x-fe"), ["fe", "again"]);
+    assert_eq!(r.header("x-seen-by"), Some("lb 200"));
+    // The map routes by a header; a key not in it falls to the default backend.
+    let server = |tenant: &str| {
+        status("/echo", &["-H", &format!("X-Tenant: {tenant}")]).echo()["server"].as_str().map(str::to_owned)
+    };
+    assert_eq!(server("globex").as_deref(), Some("b"));
+    assert_eq!(server("initech").as_deref(), Some("a"));
+    // Changed at run time: at once, and written back to its file.
+    assert_eq!(proxy.runtime(&format!("set map {} globex a", map.display())).trim(), "");
+    assert_eq!(proxy.runtime("add map tenants initech b").trim(), "");
+    assert_eq!(server("globex").as_deref(), Some("a"));
+    assert_eq!(server("initech").as_deref(), Some("b"));
+    let text = std::fs::read_to_string(&map).expect("map file");
+    assert!(text.contains("globex a\n") && text.contains("initech b\n"), "{text}");
+    assert!(proxy.runtime("del map tenants nosuch").contains("Key not found."));
+    // The response capture block in the httplog line (the request block is absent: no request
+    // capture on this frontend).
+    let line = proxy.wait_for_log(|l| l.contains("X-Tenant") || l.contains("/echo HTTP")).await;
+    assert!(line.contains(" {a} \"") || line.contains(" {b} \""), "{line}");
 }

@@ -13,6 +13,7 @@ mod framing;
 pub(crate) mod fuzz;
 mod h2;
 mod headers;
+mod rules;
 mod sniff;
 mod tunnel;
 mod upstream;

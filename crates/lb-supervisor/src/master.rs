@@ -9,6 +9,9 @@
 //! keep exactly the sockets N+1 uses, answer everyone who asked. Any failure before READY (its
 //! configuration, a bind, a crash, no READY within `worker_start_timeout`) changes nothing but
 //! the answer.
+//!
+//! With a canary (`canary`), READY does not retire worker N: N+1 takes a share of new
+//! connections for a window, then is promoted (the end of an ordinary reload) or rolled back.
 
 mod canary;
 mod detach;

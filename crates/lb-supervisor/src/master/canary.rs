@@ -226,8 +226,12 @@ impl Master {
         }
         let generation = canary.generation;
         let waiters = self.retire_canary(canary).await;
-        let keep = &self.current_listening;
-        self.sockets.retain(|address, _| keep.contains(address));
+        // Sockets bound for the canary alone go; a reload under way may need what it bound, and
+        // its own end (ready or failed) sorts the sockets out.
+        if self.reload.is_none() {
+            let keep = &self.current_listening;
+            self.sockets.retain(|address, _| keep.contains(address));
+        }
         self.notifier.ready(&format!("reload rolled back: {summary}"));
         for waiter in waiters {
             let _ = waiter.send(Response::ReloadFailed { error: format!("canary {summary}") });

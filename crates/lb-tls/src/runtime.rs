@@ -117,4 +117,8 @@ impl Runtime for Handler {
             Err(e) => tracing::warn!("late counts of a previous worker not understood: {e}"),
         }
     }
+
+    fn figures(&self) -> Option<lb_supervisor::Figures> {
+        Some(self.stats.figures())
+    }
 }

@@ -10,6 +10,7 @@ fn failures_are_classified_from_the_library_reasons() {
         ("tlsv1 alert unknown ca", Failure::Certificate),
         ("peer did not return a certificate", Failure::Certificate),
         ("tlsv1 unrecognized name (SNI nowhere.test)", Failure::Sni),
+        ("clienthello tlsext; parse tlsext (SNI api.example.test)", Failure::Sni),
         ("client closed the connection", Failure::Closed),
         ("connection error: Connection reset by peer (os error 104)", Failure::Closed),
         ("decode error", Failure::Other),

@@ -70,7 +70,7 @@ pub use policy::{
     MapMatch, Matcher, Pattern, PatternList, Policy, Redirect, RedirectTo, Reply, RequestAction, RequestRule,
     ResponseAction, ResponseRule, RouteTarget, Template, TemplatePart, Test, UniqueId, Var,
 };
-pub use supervision::{loopback, supervision, RawSupervision, SocketDefaults};
+pub use supervision::{loopback, supervision, RawCanary, RawNumber, RawSupervision, SocketDefaults};
 pub use units::{format_duration, parse_duration};
 
 #[cfg(test)]

@@ -226,6 +226,7 @@ async fn connection(
         _ = stop.stopped() => {}
     }
     let (sent, received) = (conn.stats().udp_tx.bytes, conn.stats().udp_rx.bytes);
-    stats.transferred(received, sent);
+    stats.received_from_client(received);
+    stats.sent_to_client(sent);
     conn.close(0u32.into(), b"");
 }

@@ -6,9 +6,7 @@
 
 mod h3;
 
-use h3::{proxy, tls};
-use lb_testkit::certs::TestCerts;
-use lb_testkit::TestServer;
+use h3::Stack;
 use serde_json::{json, Value};
 
 fn header<'a>(response: &'a Value, name: &str) -> Option<&'a str> {
@@ -17,11 +15,8 @@ fn header<'a>(response: &'a Value, name: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http3_requests_reach_the_servers_through_the_hop() {
-    let certs = TestCerts::new();
-    let api = TestServer::start("api");
-    let proxy = proxy(&api);
-    let tls = tls(&certs, &proxy.addr().to_string());
-    let (port, ca) = (tls.addr().port(), certs.ca());
+    let stack = Stack::start();
+    let (port, ca, proxy) = (stack.port, stack.certs.ca(), &stack.proxy);
 
     let body = "x".repeat(300_000);
     let mut requests = vec![
@@ -64,5 +59,4 @@ async fn http3_requests_reach_the_servers_through_the_hop() {
     let echo: Value = serde_json::from_str(responses[0]["body"].as_str().unwrap_or("")).expect("echo JSON");
     let x_tls = echo["headers"].as_array().and_then(|h| h.iter().find(|h| h[0] == "x-tls")).map(|h| h[1].clone());
     assert_eq!(x_tls, Some(json!("TLSv1.3 h3 admin.example.test TLS_AES_128_GCM_SHA256")), "{echo}");
-    drop(tls);
 }

@@ -8,17 +8,13 @@ mod h3;
 
 use std::time::Duration;
 
-use lb_testkit::certs::TestCerts;
-use lb_testkit::TestServer;
+use h3::Stack;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_leaves_open_quic_connections_on_their_worker() {
-    let certs = TestCerts::new();
-    let api = TestServer::start("api");
-    let proxy = h3::proxy(&api);
-    let tls = h3::tls(&certs, &proxy.addr().to_string());
-    let (port, ca) = (tls.addr().port(), certs.ca());
+    let stack = Stack::start();
+    let (port, ca, tls) = (stack.port, stack.certs.ca(), &stack.tls);
     let old = tls.current_worker().await.expect("a current worker");
 
     // A connection with a slow request and a large response under way across the reload.
@@ -70,21 +66,18 @@ async fn a_reload_leaves_open_quic_connections_on_their_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quic_sessions_resume_across_a_reload() {
-    let certs = TestCerts::new();
-    let api = TestServer::start("api");
-    let proxy = h3::proxy(&api);
-    let tls = h3::tls(&certs, &proxy.addr().to_string());
-    let (port, ca) = (tls.addr().port(), certs.ca());
+    let stack = Stack::start();
+    let (port, tls) = (stack.port, &stack.tls);
     let ticket = tls.dir().join("client.ticket");
     let get = json!([{"path": "/echo"}]);
 
-    let (resumed, responses) = h3::h3_session(port, "api.example.test", &ca, &get, Some(&ticket));
+    let (resumed, responses) = stack.get(&get, Some(&ticket));
     assert!(!resumed, "the first connection makes a full handshake");
     assert_eq!(responses[0]["status"], 200);
     assert!(ticket.exists(), "the server sent a session ticket");
 
     tls.reload().await.expect("reload");
-    let (resumed, responses) = h3::h3_session(port, "api.example.test", &ca, &get, Some(&ticket));
+    let (resumed, responses) = stack.get(&get, Some(&ticket));
     assert!(resumed, "the new worker opens the old worker's ticket");
     assert_eq!(responses[0]["status"], 200);
 

@@ -10,7 +10,35 @@ use lb_testkit::certs::TestCerts;
 use lb_testkit::{ProxyProcess, TestServer, TlsProcess};
 use serde_json::Value;
 
-pub(crate) fn proxy(api: &TestServer) -> ProxyProcess {
+/// The stack the HTTP/3 tests run: a test server, lb-proxy, lb-tls (HTTPS and HTTP/3 on `port`).
+/// Each test file reads the parts it needs; the others only keep their processes running.
+#[allow(dead_code)]
+pub(crate) struct Stack {
+    pub(crate) certs: TestCerts,
+    pub(crate) api: TestServer,
+    pub(crate) proxy: ProxyProcess,
+    pub(crate) tls: TlsProcess,
+    pub(crate) port: u16,
+}
+
+impl Stack {
+    pub(crate) fn start() -> Stack {
+        let certs = TestCerts::new();
+        let api = TestServer::start("api");
+        let proxy = proxy(&api);
+        let tls = tls(&certs, &proxy.addr().to_string());
+        let port = tls.addr().port();
+        Stack { certs, api, proxy, tls, port }
+    }
+
+    /// [`h3_session`] to this stack as `api.example.test`.
+    #[allow(dead_code)]
+    pub(crate) fn get(&self, requests: &Value, ticket: Option<&Path>) -> (bool, Vec<Value>) {
+        h3_session(self.port, "api.example.test", &self.certs.ca(), requests, ticket)
+    }
+}
+
+fn proxy(api: &TestServer) -> ProxyProcess {
     let api = api.addr();
     ProxyProcess::start_with(1, move |ports| {
         format!(
@@ -33,7 +61,7 @@ backends:
 }
 
 /// HTTPS on TCP and HTTP/3 on UDP, on the same port number, as on 443.
-pub(crate) fn tls(certs: &TestCerts, backend: &str) -> TlsProcess {
+fn tls(certs: &TestCerts, backend: &str) -> TlsProcess {
     let api = certs.server("api", &["api.example.test"]).display().to_string();
     let admin = certs.server("admin", &["admin.example.test"]).display().to_string();
     let backend = backend.to_owned();

@@ -4,6 +4,7 @@
 //! case-insensitive comparison meets upper-case text, or a number is tested as text.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
@@ -36,6 +37,9 @@ enum CFetch {
     /// `None`: a name no header can have (the test never finds a value).
     Header(Option<HeaderName>),
     ResponseHeader(Option<HeaderName>),
+    /// Read once per head (`Fetched`): rules often test it, and it costs a header lookup,
+    /// a check of the value and the port's removal.
+    Host,
     Query(String),
     Cookie(String),
     Src,
@@ -52,6 +56,7 @@ impl CFetch {
             Fetch::Query(n) => CFetch::Query(n.clone()),
             Fetch::Cookie(n) => CFetch::Cookie(n.clone()),
             Fetch::Src => CFetch::Src,
+            Fetch::Host => CFetch::Host,
             single => CFetch::Single(single.clone()),
         }
     }
@@ -149,13 +154,25 @@ fn test(t: &Test, patterns: &Patterns) -> Result<CTest, CompileError> {
     Ok(CTest { fetch: CFetch::new(&t.fetch), matcher, ignore_case: ic })
 }
 
+/// What conditions have fetched from one head, for the next conditions on the same head.
+#[derive(Debug, Default)]
+pub(crate) struct Fetched<'a> {
+    host: OnceCell<Option<&'a str>>,
+}
+
+impl<'a> Fetched<'a> {
+    pub(crate) fn host(&self, s: &Subject<'a>) -> Option<&'a str> {
+        *self.host.get_or_init(|| s.req.and_then(|r| r.host()))
+    }
+}
+
 impl Cond {
-    pub(crate) fn holds(&self, s: &Subject<'_>) -> bool {
+    pub(crate) fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
         match self {
-            Cond::All(cs) => cs.iter().all(|c| c.holds(s)),
-            Cond::Any(cs) => cs.iter().any(|c| c.holds(s)),
-            Cond::Not(c) => !c.holds(s),
-            Cond::Test(t) => t.holds(s),
+            Cond::All(cs) => cs.iter().all(|c| c.holds(s, fetched)),
+            Cond::Any(cs) => cs.iter().any(|c| c.holds(s, fetched)),
+            Cond::Not(c) => !c.holds(s, fetched),
+            Cond::Test(t) => t.holds(s, fetched),
         }
     }
 }
@@ -183,7 +200,7 @@ fn compare(c: &Compare, left: i64) -> bool {
 }
 
 impl CTest {
-    fn holds(&self, s: &Subject<'_>) -> bool {
+    fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
         let ic = self.ignore_case;
         // Addresses are tested as addresses, not as text.
         if let CFetch::Src = self.fetch {
@@ -196,9 +213,9 @@ impl CTest {
             };
         }
         match &self.matcher {
-            CMatch::Exists(want) => s.present(&self.fetch) == *want,
-            CMatch::Count(c) => compare(c, s.count(&self.fetch) as i64),
-            m => s.any_value(&self.fetch, |v| match m {
+            CMatch::Exists(want) => s.present(&self.fetch, fetched) == *want,
+            CMatch::Count(c) => compare(c, s.count(&self.fetch, fetched) as i64),
+            m => s.any_value(&self.fetch, fetched, |v| match m {
                 CMatch::Equals(p) => {
                     if ic {
                         v.eq_ignore_ascii_case(p)
@@ -236,11 +253,12 @@ impl<'a> Subject<'a> {
     }
 
     /// Calls `test` on each value of `fetch` until one passes.
-    fn any_value(&self, fetch: &CFetch, mut test: impl FnMut(&str) -> bool) -> bool {
+    fn any_value(&self, fetch: &CFetch, fetched: &Fetched<'a>, mut test: impl FnMut(&str) -> bool) -> bool {
         match fetch {
             CFetch::Header(_) | CFetch::ResponseHeader(_) => {
                 self.header_values(fetch).is_some_and(|vs| vs.iter().any(|v| v.to_str().is_ok_and(&mut test)))
             }
+            CFetch::Host => fetched.host(self).is_some_and(test),
             CFetch::Query(name) => self.query_values(name).any(test),
             CFetch::Cookie(name) => self.cookie_values(name).any(test),
             // Tested as an address (`CTest::holds`), never as text.
@@ -250,9 +268,10 @@ impl<'a> Subject<'a> {
     }
 
     /// How many values `fetch` has (0 or 1 for single-valued fetches).
-    fn count(&self, fetch: &CFetch) -> usize {
+    fn count(&self, fetch: &CFetch, fetched: &Fetched<'a>) -> usize {
         match fetch {
             CFetch::Header(_) | CFetch::ResponseHeader(_) => self.header_values(fetch).map_or(0, |vs| vs.iter().count()),
+            CFetch::Host => usize::from(fetched.host(self).is_some()),
             CFetch::Query(name) => self.query_values(name).count(),
             CFetch::Cookie(name) => self.cookie_values(name).count(),
             CFetch::Src => usize::from(self.facts.client.is_some()),
@@ -261,14 +280,14 @@ impl<'a> Subject<'a> {
     }
 
     /// Whether `fetch` has a value: `count() > 0`, stopping at the first.
-    fn present(&self, fetch: &CFetch) -> bool {
+    fn present(&self, fetch: &CFetch, fetched: &Fetched<'a>) -> bool {
         match fetch {
             CFetch::Header(_) | CFetch::ResponseHeader(_) => {
                 self.header_values(fetch).is_some_and(|vs| vs.iter().next().is_some())
             }
             CFetch::Query(name) => self.query_values(name).next().is_some(),
             CFetch::Cookie(name) => self.cookie_values(name).next().is_some(),
-            _ => self.count(fetch) > 0,
+            _ => self.count(fetch, fetched) > 0,
         }
     }
 }

@@ -200,6 +200,9 @@ fn compare(c: &Compare, left: i64) -> bool {
 }
 
 impl CTest {
+    // Inlined into `Cond::holds` (which recursion keeps out of line): one call per condition
+    // instead of two.
+    #[inline(always)]
     fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
         let ic = self.ignore_case;
         // Addresses are tested as addresses, not as text.

@@ -209,7 +209,10 @@ impl FrontendPolicy {
         let path = s.req.map_or("", |r| r.uri.path());
         for route in &self.routes {
             let holds = route.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
-                && route.host.as_deref().is_none_or(|want| fetched.host(s).is_some_and(|h| h.eq_ignore_ascii_case(want)))
+                && route
+                    .host
+                    .as_deref()
+                    .is_none_or(|want| fetched.host(s).is_some_and(|h| h.eq_ignore_ascii_case(want)))
                 && route.when.as_ref().is_none_or(|w| w.holds(s, &fetched));
             if !holds {
                 continue;

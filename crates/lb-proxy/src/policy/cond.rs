@@ -273,7 +273,9 @@ impl<'a> Subject<'a> {
     /// How many values `fetch` has (0 or 1 for single-valued fetches).
     fn count(&self, fetch: &CFetch, fetched: &Fetched<'a>) -> usize {
         match fetch {
-            CFetch::Header(_) | CFetch::ResponseHeader(_) => self.header_values(fetch).map_or(0, |vs| vs.iter().count()),
+            CFetch::Header(_) | CFetch::ResponseHeader(_) => {
+                self.header_values(fetch).map_or(0, |vs| vs.iter().count())
+            }
             CFetch::Host => usize::from(fetched.host(self).is_some()),
             CFetch::Query(name) => self.query_values(name).count(),
             CFetch::Cookie(name) => self.cookie_values(name).count(),

@@ -27,7 +27,7 @@ pub(crate) use template::{render, RequestVars, Vars};
 
 use crate::backend::{BackendState, Backends};
 use crate::facts::ConnFacts;
-use cond::{compile, CompileError, Cond};
+use cond::{compile, CompileError, Cond, Fetched};
 
 /// What a condition reads: the request (absent when a response rule runs without it), the
 /// connection, the frontend, and at response time the response.
@@ -53,7 +53,7 @@ impl<'a> RequestView<'a> {
 
     /// The Host header, else the URI's authority (HTTP/2, absolute-form), without its port.
     pub(crate) fn host(&self) -> Option<&'a str> {
-        let host = self.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(self.uri.host())?;
+        let host = self.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or_else(|| self.uri.host())?;
         Some(strip_port(host))
     }
 }
@@ -73,8 +73,8 @@ struct When {
 }
 
 impl When {
-    fn holds(&self, s: &Subject<'_>) -> bool {
-        self.cond.holds(s) != self.negate
+    fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
+        self.cond.holds(s, fetched) != self.negate
     }
 }
 
@@ -205,12 +205,15 @@ impl FrontendPolicy {
 
     /// The backend for a request: the first routing rule that holds, else the default backend.
     pub(crate) fn route(&self, s: &Subject<'_>) -> Option<&Arc<BackendState>> {
-        let host = s.req.and_then(|r| r.host());
+        let fetched = Fetched::default();
         let path = s.req.map_or("", |r| r.uri.path());
         for route in &self.routes {
             let holds = route.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
-                && route.host.as_deref().is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
-                && route.when.as_ref().is_none_or(|w| w.holds(s));
+                && route
+                    .host
+                    .as_deref()
+                    .is_none_or(|want| fetched.host(s).is_some_and(|h| h.eq_ignore_ascii_case(want)))
+                && route.when.as_ref().is_none_or(|w| w.holds(s, &fetched));
             if !holds {
                 continue;
             }

@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use lb_config::{Policy, Redirect, RedirectTo, Reply, RequestAction, ResponseAction, Template};
+use lb_config::{Policy, Redirect, RedirectTo, Reply, RequestAction, ResponseAction, Template, TemplatePart};
 
 use super::cond::CompileError;
 use super::template::{render, RequestVars};
-use super::{when, FrontendPolicy, Patterns, RequestView, Subject, When};
+use super::{when, Fetched, FrontendPolicy, Patterns, RequestView, Subject, When};
 use crate::facts::ConnFacts;
 
 #[derive(Debug)]
@@ -32,8 +32,8 @@ enum Req {
     Return(Reply),
     Redirect(Redirect),
     Allow,
-    Set(HeaderName, Template),
-    Add(HeaderName, Template),
+    Set(HeaderName, Value),
+    Add(HeaderName, Value),
     Del(HeaderName),
     SetPath(Template),
     Capture { header: HeaderName, length: usize, slot: usize },
@@ -42,10 +42,49 @@ enum Req {
 #[derive(Debug)]
 enum Res {
     Deny(Reply),
-    Set(HeaderName, Template),
-    Add(HeaderName, Template),
+    Set(HeaderName, Value),
+    Add(HeaderName, Value),
     Del(HeaderName),
     Capture { header: HeaderName, length: usize, slot: usize },
+}
+
+/// A header value to write: made once when its template is plain text (each request then
+/// shares it), else rendered per request.
+#[derive(Debug)]
+enum Value {
+    Fixed(HeaderValue),
+    Rendered(Template),
+}
+
+impl Value {
+    fn new(t: &Template) -> Value {
+        let mut text = String::new();
+        for part in &t.parts {
+            match part {
+                TemplatePart::Literal(l) => text.push_str(l),
+                TemplatePart::Var { .. } => return Value::Rendered(t.clone()),
+            }
+        }
+        // Text that is not a valid value stays a template: dropped at run time, as before.
+        HeaderValue::from_str(&text).map_or_else(|_| Value::Rendered(t.clone()), Value::Fixed)
+    }
+
+    /// The value for this request, or `None` when it would not be a valid one (a CR or LF that
+    /// came from the request, say): such a header is dropped, never sent.
+    fn get(&self, vars: &RequestVars<'_>) -> Option<HeaderValue> {
+        match self {
+            Value::Fixed(v) => Some(v.clone()),
+            Value::Rendered(t) => {
+                let mut out = String::new();
+                render(t, vars, &mut out);
+                let v = HeaderValue::from_str(&out);
+                if v.is_err() {
+                    tracing::debug!(template = t.source, "a header value with a forbidden character was dropped");
+                }
+                v.ok()
+            }
+        }
+    }
 }
 
 /// What ends a request's rules with an answer of lb-proxy's own.
@@ -81,8 +120,8 @@ pub(super) fn compile_request(
                 RequestAction::Return(r) => Req::Return(r.clone()),
                 RequestAction::Redirect(r) => Req::Redirect(r.clone()),
                 RequestAction::Allow => Req::Allow,
-                RequestAction::SetHeader(h) => Req::Set(header_name(&h.name)?, h.value.clone()),
-                RequestAction::AddHeader(h) => Req::Add(header_name(&h.name)?, h.value.clone()),
+                RequestAction::SetHeader(h) => Req::Set(header_name(&h.name)?, Value::new(&h.value)),
+                RequestAction::AddHeader(h) => Req::Add(header_name(&h.name)?, Value::new(&h.value)),
                 RequestAction::DelHeader(n) => Req::Del(header_name(n)?),
                 RequestAction::SetPath(t) => Req::SetPath(t.clone()),
                 RequestAction::Capture(c) => {
@@ -108,8 +147,8 @@ pub(super) fn compile_response(
         let compiled = (|| {
             let action = match &rule.action {
                 ResponseAction::Deny(r) => Res::Deny(r.clone()),
-                ResponseAction::SetHeader(h) => Res::Set(header_name(&h.name)?, h.value.clone()),
-                ResponseAction::AddHeader(h) => Res::Add(header_name(&h.name)?, h.value.clone()),
+                ResponseAction::SetHeader(h) => Res::Set(header_name(&h.name)?, Value::new(&h.value)),
+                ResponseAction::AddHeader(h) => Res::Add(header_name(&h.name)?, Value::new(&h.value)),
                 ResponseAction::DelHeader(n) => Res::Del(header_name(n)?),
                 ResponseAction::Capture(c) => {
                     slots += 1;
@@ -159,18 +198,6 @@ impl ResponseRule {
     }
 }
 
-/// A rendered header value, or `None` when it would not be a valid one (a CR or LF that came
-/// from the request, say): such a header is dropped, never sent.
-fn value(t: &Template, vars: &RequestVars<'_>) -> Option<HeaderValue> {
-    let mut out = String::new();
-    render(t, vars, &mut out);
-    let v = HeaderValue::from_str(&out);
-    if v.is_err() {
-        tracing::debug!(template = t.source, "a header value with a forbidden character was dropped");
-    }
-    v.ok()
-}
-
 /// The first value of `header`, cut at `length` bytes (on a character boundary).
 fn captured(headers: &HeaderMap, header: &HeaderName, length: usize) -> Option<String> {
     let v = headers.get(header)?;
@@ -199,12 +226,13 @@ impl FrontendPolicy {
         unique_id: Option<&str>,
         captures: &mut Captured,
     ) -> Option<Final<'p>> {
-        for rule in &self.request {
-            // Conditions and templates read the head as the rules before left it.
+        let mut rules = self.request.iter();
+        loop {
+            // Conditions and templates read the head as the rules before left it: what the
+            // conditions fetch from it holds until a rule's action changes it.
             let subject = Subject { req: Some(RequestView::of(parts)), facts, frontend, response: None };
-            if !rule.when.as_ref().is_none_or(|w| w.holds(&subject)) {
-                continue;
-            }
+            let fetched = Fetched::default();
+            let rule = rules.by_ref().find(|r| r.when.as_ref().is_none_or(|w| w.holds(&subject, &fetched)))?;
             rule.hits.fetch_add(1, Ordering::Relaxed);
             let vars = RequestVars { subject: &subject, unique_id };
             match &rule.action {
@@ -216,15 +244,17 @@ impl FrontendPolicy {
                     }
                 }
                 Req::Allow => return None,
-                Req::Set(name, t) => {
-                    let v = value(t, &vars);
-                    parts.headers.remove(name);
-                    if let Some(v) = v {
+                // `insert` replaces every value the header had.
+                Req::Set(name, v) => match v.get(&vars) {
+                    Some(v) => {
                         parts.headers.insert(name.clone(), v);
                     }
-                }
-                Req::Add(name, t) => {
-                    if let Some(v) = value(t, &vars) {
+                    None => {
+                        parts.headers.remove(name);
+                    }
+                },
+                Req::Add(name, v) => {
+                    if let Some(v) = v.get(&vars) {
                         parts.headers.append(name.clone(), v);
                     }
                 }
@@ -242,7 +272,6 @@ impl FrontendPolicy {
                 }
             }
         }
-        None
     }
 
     /// Runs the `http_response` rules on a server's response head; `Some` when one denies it.
@@ -257,28 +286,26 @@ impl FrontendPolicy {
         unique_id: Option<&str>,
         captures: &mut Captured,
     ) -> Option<&'p Reply> {
-        for rule in &self.response {
-            let snapshot;
-            let subject = {
-                snapshot = &*headers;
-                Subject { req, facts, frontend, response: Some((status, snapshot)) }
-            };
-            if !rule.when.as_ref().is_none_or(|w| w.holds(&subject)) {
-                continue;
-            }
+        let mut rules = self.response.iter();
+        loop {
+            let subject = Subject { req, facts, frontend, response: Some((status, &*headers)) };
+            let fetched = Fetched::default();
+            let rule = rules.by_ref().find(|r| r.when.as_ref().is_none_or(|w| w.holds(&subject, &fetched)))?;
             rule.hits.fetch_add(1, Ordering::Relaxed);
             let vars = RequestVars { subject: &subject, unique_id };
             match &rule.action {
                 Res::Deny(r) => return Some(r),
-                Res::Set(name, t) => {
-                    let v = value(t, &vars);
-                    headers.remove(name);
-                    if let Some(v) = v {
+                // `insert` replaces every value the header had.
+                Res::Set(name, v) => match v.get(&vars) {
+                    Some(v) => {
                         headers.insert(name.clone(), v);
                     }
-                }
-                Res::Add(name, t) => {
-                    if let Some(v) = value(t, &vars) {
+                    None => {
+                        headers.remove(name);
+                    }
+                },
+                Res::Add(name, v) => {
+                    if let Some(v) = v.get(&vars) {
                         headers.append(name.clone(), v);
                     }
                 }
@@ -291,7 +318,6 @@ impl FrontendPolicy {
                 }
             }
         }
-        None
     }
 }
 

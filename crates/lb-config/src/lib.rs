@@ -27,6 +27,7 @@
 //!   lb-tls's schemas ([`supervision`], into lb-supervisor's [`Supervision`]).
 //! - `locate`: where each value sits in the text, so that validation can say line and column.
 //! - `units`, `address`, `names`: durations and sizes, addresses, enumerated keywords.
+//! - `table`: limit tables (`tables:`, HAProxy's stick tables) and their data types' names.
 //! - `error_pages`: the built-in error responses and HAProxy-style errorfiles.
 //! - `defaults`: every default value in one place.
 //! - `render`: [`Config::to_yaml`].
@@ -46,6 +47,7 @@ mod names;
 mod raw;
 mod render;
 mod supervision;
+mod table;
 mod units;
 mod validate;
 
@@ -62,6 +64,7 @@ pub use model::{
     Supervision, Timeouts,
 };
 pub use supervision::{loopback, supervision, RawSupervision, SocketDefaults};
+pub use table::{Bucket, DataType, KeyType, Store, Table, GENERAL_PURPOSE};
 pub use units::{format_duration, parse_duration};
 
 #[cfg(test)]

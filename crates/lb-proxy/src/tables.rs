@@ -1,0 +1,319 @@
+//! Limit tables (HAProxy's stick tables, nginx's `limit_req` zones): per key (a client
+//! address or its network, an API key, any fetched value), what that key did lately:
+//! requests and connections over a sliding period, connections and requests in progress,
+//! 4xx/5xx answers, bytes, general-purpose counters and tags, a token bucket.
+//!
+//! A table is bounded: at its size the least recently used entry not in use is evicted, and an
+//! entry untouched for the table's `expire` is gone. It is split in shards, each behind its own
+//! lock, chosen by the key's hash (keyed per process, so that nobody can aim every key at one
+//! shard): requests on different threads meet on a lock only when their keys share a shard.
+//! Least-recently-used is kept per shard, which is what a full table evicts.
+//!
+//! This module is the store; `http`'s rules decide what to track and what to do with the
+//! figures, `runtime` shows and edits entries (`show table`), and a reload hands every entry
+//! to the next worker (`handover`).
+//!
+//! # Layout
+//! - this file: [`Tables`] (by name) and [`Table`] (shards, the track and update calls).
+//! - `key`: keys, from requests and from runtime commands.
+//! - `row`: an entry's cells: counts, rates (HAProxy's `freq_ctr`), the token bucket.
+//! - `shard`: the bounded map with its recency chain.
+
+mod key;
+mod row;
+mod shard;
+#[cfg(test)]
+mod tests;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use lb_config::{DataType, Table as TableConfig};
+
+pub(crate) use key::Key;
+pub(crate) use row::{Layout, Now, Row, Verdict};
+use shard::{Found, Shard};
+
+/// Most shards a table is split in; one per 4096 entries of its size below that.
+const MAX_SHARDS: usize = 64;
+
+/// A shard may hold this much more than its even share (keys never spread exactly evenly),
+/// so that the table as a whole fills to its size before evicting.
+const SHARD_SLACK: f64 = 1.25;
+
+/// Every table of the configuration, by name.
+#[derive(Debug, Default)]
+pub(crate) struct Tables {
+    tables: Vec<Arc<Table>>,
+}
+
+impl Tables {
+    pub(crate) fn new(configs: &[TableConfig]) -> Tables {
+        Tables { tables: configs.iter().map(|c| Arc::new(Table::new(c.clone()))).collect() }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Table>> {
+        self.tables.iter().find(|t| t.config.name == name)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Table>> {
+        self.tables.iter()
+    }
+}
+
+/// One table.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub(crate) config: TableConfig,
+    pub(crate) layout: Layout,
+    shards: Box<[Mutex<Shard>]>,
+    /// Entries per shard at most.
+    shard_cap: usize,
+    /// Entries in all shards: at the table's size a new one evicts an old one from its shard.
+    len: AtomicUsize,
+    hasher: hashbrown::DefaultHashBuilder,
+    expire_secs: u32,
+    /// Entries evicted to make room (not the expired ones).
+    pub(crate) evictions: AtomicU64,
+    /// Keys not tracked because every entry their shard could give up was in use.
+    pub(crate) full: AtomicU64,
+}
+
+impl Table {
+    pub(crate) fn new(config: TableConfig) -> Table {
+        let shards = (config.size / 4096).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS);
+        Table {
+            layout: Layout::new(&config),
+            shards: (0..shards).map(|_| Mutex::new(Shard::new())).collect(),
+            shard_cap: if shards == 1 {
+                config.size.max(1)
+            } else {
+                (config.size as f64 / shards as f64 * SHARD_SLACK).ceil() as usize
+            },
+            len: AtomicUsize::new(0),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            expire_secs: u32::try_from(config.expire.as_secs()).unwrap_or(u32::MAX).max(1),
+            evictions: AtomicU64::new(0),
+            full: AtomicU64::new(0),
+            config,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn hash(&self, key: &Key) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+        // Bits the index does not use for its own buckets or tags.
+        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on `key`'s entry, made when absent, and marks it just used; `None` when the
+    /// table could not make room (its shard full of entries in use).
+    pub(crate) fn update<R>(&self, key: &Key, now: Now, f: impl FnOnce(&mut Row<'_>, &mut u32) -> R) -> Option<R> {
+        let hash = self.hash(key);
+        let width = self.layout.width;
+        let mut shard = self.shard(hash);
+        let hash_of = |k: &Key| self.hash(k);
+        let full = |_| self.len.load(Ordering::Relaxed) >= self.config.size;
+        let found = shard.find_or_insert(hash, key, width, self.shard_cap, now.secs(), full, &hash_of);
+        let slot = match found {
+            Some(Found::Existing(slot)) => slot,
+            Some(Found::New { slot, evicted, purged }) => {
+                if evicted {
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.len.fetch_add(1, Ordering::Relaxed);
+                }
+                self.len.fetch_sub(purged, Ordering::Relaxed);
+                slot
+            }
+            None => {
+                self.full.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        shard.touch(slot, now.secs(), self.expire_secs);
+        let (meta, cells) = shard.entry_mut(slot, width);
+        let mut row = Row { layout: &self.layout, cells, now };
+        Some(f(&mut row, &mut meta.refs))
+    }
+
+    /// Runs `f` on `key`'s entry if there is a live one, without touching it.
+    pub(crate) fn read<R>(&self, key: &Key, now: Now, f: impl FnOnce(&Row<'_>) -> R) -> Option<R> {
+        let hash = self.hash(key);
+        let width = self.layout.width;
+        let mut shard = self.shard(hash);
+        let slot = shard.find(hash, key)?;
+        let meta = &shard.metas[slot as usize];
+        if meta.expire < now.secs() && meta.refs == 0 {
+            return None;
+        }
+        let row = Row { layout: &self.layout, cells: shard.cells_mut(slot, width), now };
+        Some(f(&row))
+    }
+
+    /// Entries now, expired ones not yet removed included.
+    pub(crate) fn used(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len()).sum()
+    }
+
+    /// `n` entries went.
+    fn removed(&self, n: usize) -> usize {
+        self.len.fetch_sub(n, Ordering::Relaxed);
+        n
+    }
+
+    /// Removes the expired entries (a periodic sweep: lookups remove only a few at a time).
+    pub(crate) fn purge(&self, now: Now) -> usize {
+        let hash_of = |k: &Key| self.hash(k);
+        let width = self.layout.width;
+        let purged = self
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).purge(now.secs(), usize::MAX, width, &hash_of))
+            .sum();
+        self.removed(purged)
+    }
+
+    /// Bytes the table's storage holds now.
+    pub(crate) fn allocated(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).allocated()).sum()
+    }
+
+    /// Each live entry, shard by shard, most recently used first: `f(key, use, expires in ms, row)`.
+    pub(crate) fn for_each(&self, now: Now, mut f: impl FnMut(&Key, u32, u64, &Row<'_>)) {
+        let width = self.layout.width;
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let slots: Vec<u32> = shard.slots().collect();
+            for slot in slots {
+                let (expire, refs) = (shard.metas[slot as usize].expire, shard.metas[slot as usize].refs);
+                if expire < now.secs() && refs == 0 {
+                    continue;
+                }
+                let expires_ms = (u64::from(expire) * 1000 + 999).saturating_sub(now.0);
+                let (meta, cells) = shard.entry_mut(slot, width);
+                let row = Row { layout: &self.layout, cells, now };
+                f(&meta.key, refs, expires_ms, &row);
+            }
+        }
+    }
+
+    /// Removes `key`'s entry; `Err` when it is in use (HAProxy: "Entry currently in use").
+    pub(crate) fn remove(&self, key: &Key) -> Result<bool, ()> {
+        let hash = self.hash(key);
+        let mut shard = self.shard(hash);
+        let Some(slot) = shard.find(hash, key) else { return Ok(false) };
+        if shard.metas[slot as usize].refs > 0 {
+            return Err(());
+        }
+        shard.remove(slot, self.layout.width, &|k: &Key| self.hash(k));
+        self.removed(1);
+        Ok(true)
+    }
+
+    /// Removes every entry not in use; how many went.
+    pub(crate) fn clear(&self) -> usize {
+        let hash_of = |k: &Key| self.hash(k);
+        let width = self.layout.width;
+        let cleared =
+            self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).clear(width, &hash_of)).sum();
+        self.removed(cleared)
+    }
+}
+
+/// A key held by a connection or a request: its current values and use count go down when
+/// this is dropped.
+#[derive(Debug)]
+pub(crate) struct Held {
+    table: Arc<Table>,
+    key: Key,
+    /// The current value this holder raised (`conn_cur` or `http_req_cur`).
+    current: DataType,
+}
+
+impl Held {
+    /// Tracks a new connection from `key`: `conn_cnt`, `conn_rate`, `conn_cur` go up.
+    pub(crate) fn connection(table: &Arc<Table>, key: Key, now: Now) -> Option<Held> {
+        Held::start(table, key, now, [DataType::ConnCnt, DataType::ConnRate, DataType::ConnCur], DataType::ConnCur)
+    }
+
+    /// Tracks a new request from `key`: `http_req_cnt`, `http_req_rate`, `http_req_cur` go up.
+    pub(crate) fn request(table: &Arc<Table>, key: Key, now: Now) -> Option<Held> {
+        let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
+        Held::start(table, key, now, counted, DataType::HttpReqCur)
+    }
+
+    fn start(table: &Arc<Table>, key: Key, now: Now, counted: [DataType; 3], current: DataType) -> Option<Held> {
+        table.update(&key, now, |row, refs| {
+            for data in counted {
+                row.add(data, 1);
+            }
+            *refs += 1;
+        })?;
+        Some(Held { table: table.clone(), key, current })
+    }
+
+    pub(crate) fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Runs `f` on the held entry (it is there: an entry in use is never removed, except by
+    /// `clear table`, after which this makes it again).
+    pub(crate) fn update<R>(&self, now: Now, f: impl FnOnce(&mut Row<'_>) -> R) -> Option<R> {
+        self.table.update(&self.key, now, |row, _| f(row))
+    }
+
+    /// A request's answer: its status class and bytes counted.
+    pub(crate) fn answered(&self, now: Now, status: u16, bytes_in: u64, bytes_out: u64) {
+        self.update(now, |row| count_answer(row, status, bytes_in, bytes_out));
+    }
+}
+
+/// What an answer adds to an entry: a 4xx to `http_err_*`, a 5xx to `http_fail_*`, bytes.
+pub(crate) fn count_answer(row: &mut Row<'_>, status: u16, bytes_in: u64, bytes_out: u64) {
+    match status {
+        400..=499 => {
+            row.add(DataType::HttpErrCnt, 1);
+            row.add(DataType::HttpErrRate, 1);
+        }
+        500..=599 => {
+            row.add(DataType::HttpFailCnt, 1);
+            row.add(DataType::HttpFailRate, 1);
+        }
+        _ => {}
+    }
+    for (n, cnt, rate) in [
+        (bytes_in, DataType::BytesInCnt, DataType::BytesInRate),
+        (bytes_out, DataType::BytesOutCnt, DataType::BytesOutRate),
+    ] {
+        if n > 0 {
+            row.add(cnt, n);
+            row.add(rate, n);
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let current = self.current;
+        let hash = self.table.hash(&self.key);
+        let mut shard = self.table.shard(hash);
+        if let Some(slot) = shard.find(hash, &self.key) {
+            let (meta, cells) = shard.entry_mut(slot, self.table.layout.width);
+            meta.refs = meta.refs.saturating_sub(1);
+            Row { layout: &self.table.layout, cells, now: Now(0) }.sub(current);
+        }
+    }
+}

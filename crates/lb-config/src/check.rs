@@ -83,6 +83,18 @@ impl<'a> Checker<'a> {
         self.push(field, pos, message.into());
     }
 
+    /// Records a problem found in another file that `field` names (a list or map file): the
+    /// diagnostic points at that file's line.
+    pub(crate) fn error_in(&mut self, file: &str, line: usize, field: &str, message: impl Into<String>) {
+        self.diagnostics.push(Diagnostic {
+            file: file.to_owned(),
+            line,
+            column: 1,
+            field: field.to_owned(),
+            message: message.into(),
+        });
+    }
+
     /// Records a problem with the key naming `field` (an `error_files` status, say).
     pub(crate) fn key_error(&mut self, field: &str, message: impl Into<String>) {
         let pos = self.locations.key(field);

@@ -27,6 +27,8 @@
 //!   lb-tls's schemas ([`supervision`], into lb-supervisor's [`Supervision`]).
 //! - `locate`: where each value sits in the text, so that validation can say line and column.
 //! - `units`, `address`, `names`: durations and sizes, addresses, enumerated keywords.
+//! - `policy`: the edge-policy language's typed model (conditions, actions, lists, maps,
+//!   templates); `validate::policy` reads it, `render::policy` writes it.
 //! - `table`: limit tables (`tables:`, HAProxy's stick tables) and their data types' names.
 //! - `error_pages`: the built-in error responses and HAProxy-style errorfiles.
 //! - `defaults`: every default value in one place.
@@ -44,6 +46,7 @@ mod load;
 mod locate;
 mod model;
 mod names;
+mod policy;
 mod raw;
 mod render;
 mod supervision;
@@ -62,6 +65,12 @@ pub use model::{
     AdminState, Backend, Balance, Bind, CheckKind, Config, ErrorPage, ErrorPages, Facility, Frontend, Global,
     HealthCheck, Http2, HttpReuse, ListenAddr, Log, LogFormat, LogHeader, LogTarget, Mode, Rule, Server, Stats,
     Supervision, Timeouts,
+};
+pub use policy::{
+    check_map_entry, list_file_text, map_file_text, parse_list_entry, parse_list_text, parse_map_text, write_back,
+    AccessLogFormat, Capture, Cidr, CmpOp, Compare, Condition, Fetch, Guard, HeaderTemplate, ListKind, MapDef,
+    MapMatch, Matcher, Pattern, PatternList, Policy, Redirect, RedirectTo, Reply, RequestAction, RequestRule,
+    ResponseAction, ResponseRule, RouteTarget, Template, TemplatePart, Test, UniqueId, Var,
 };
 pub use supervision::{loopback, supervision, RawSupervision, SocketDefaults};
 pub use table::{Bucket, DataType, KeyType, Store, Table, GENERAL_PURPOSE};

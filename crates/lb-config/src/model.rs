@@ -16,6 +16,8 @@ pub struct Config {
     pub global: Global,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
+    /// Named conditions, lists and maps, shared by every frontend's rules.
+    pub policy: Policy,
 }
 
 /// Process-wide settings (`global:`).
@@ -141,6 +143,8 @@ pub struct Timeouts {
 
 pub use lb_supervisor::{ListenAddr, Supervision};
 
+use crate::policy::{AccessLogFormat, Guard, Policy, RequestRule, ResponseRule, RouteTarget, UniqueId};
+
 /// One `bind` entry of a frontend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
@@ -176,6 +180,13 @@ pub struct Frontend {
     pub default_backend: Option<String>,
     /// Checked in order; the first match chooses the backend, else `default_backend`.
     pub rules: Vec<Rule>,
+    /// `http_request` rules, in order, before routing (HAProxy's `http-request`).
+    pub http_request: Vec<RequestRule>,
+    /// `http_response` rules, in order, on each response (HAProxy's `http-response`).
+    pub http_response: Vec<ResponseRule>,
+    pub unique_id: Option<UniqueId>,
+    /// The access-log line of this frontend; `None`: `global.log.format`.
+    pub log_format: Option<AccessLogFormat>,
     /// Connections accepted at once on this frontend; `None`: only the global limit applies.
     pub max_connections: Option<usize>,
     pub timeouts: Timeouts,
@@ -191,14 +202,16 @@ pub struct Frontend {
     pub http2: Http2,
 }
 
-/// A routing rule: every condition given must hold.
+/// A routing rule (HAProxy's `use_backend`): every condition given must hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
     /// Request path starts with this.
     pub path_prefix: Option<String>,
     /// Host header (port removed) equals this, case-insensitively.
     pub host: Option<String>,
-    pub backend: String,
+    /// `if:` or `unless:`.
+    pub guard: Option<Guard>,
+    pub backend: RouteTarget,
 }
 
 /// Responses for the statuses lb-proxy generates: 400, 403, 408, 413, 500, 502, 503, 504.

@@ -11,6 +11,7 @@ use std::fmt;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_yaml::Value;
 
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, expecting = "a map with `global`, `defaults`, `frontends` and `backends`")]
@@ -23,6 +24,53 @@ pub(crate) struct RawConfig {
     pub(crate) frontends: Option<Vec<RawFrontend>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) backends: Option<Vec<RawBackend>>,
+    /// Named conditions: each a condition as `if:` takes it (checked by `validate::policy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) conditions: Option<BTreeMap<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) lists: Option<BTreeMap<String, RawList>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) maps: Option<BTreeMap<String, RawMap>>,
+}
+
+/// `lists.NAME`: a pattern list, inline (`values`) or from a file.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a list: a map with `type`, and `file` or `values`")]
+pub(crate) struct RawList {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) values: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ignore_case: Option<bool>,
+}
+
+/// `maps.NAME`: keys to values, inline (`entries`) or from a file.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map: a map with `match`, and `file` or `entries`")]
+pub(crate) struct RawMap {
+    #[serde(rename = "match", skip_serializing_if = "Option::is_none")]
+    pub(crate) matching: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) entries: Option<BTreeMap<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ignore_case: Option<bool>,
+}
+
+/// `unique_id:` of a frontend.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `header`, `format` and `keep_client`")]
+pub(crate) struct RawUniqueId {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) format: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) keep_client: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -109,6 +157,9 @@ pub(crate) struct RawDefaults {
     pub(crate) timeouts: Option<RawTimeouts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error_files: Option<BTreeMap<StatusKey, String>>,
+    /// A text template, or `{ json: { key: template, … } }`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) log_format: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -159,6 +210,15 @@ pub(crate) struct RawFrontend {
     pub(crate) error_files: Option<BTreeMap<StatusKey, String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rules: Option<Vec<RawRule>>,
+    /// Each a map with one action key and `if`/`unless` (checked by `validate::policy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http_request: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) http_response: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unique_id: Option<RawUniqueId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) log_format: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) http2: Option<RawHttp2>,
 }
@@ -220,8 +280,13 @@ pub(crate) struct RawRule {
     pub(crate) path_prefix: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) host: Option<String>,
+    /// A backend's name, or `{ map, key, default }`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) backend: Option<String>,
+    pub(crate) backend: Option<Value>,
+    #[serde(rename = "if", skip_serializing_if = "Option::is_none")]
+    pub(crate) if_: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) unless: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -12,6 +12,8 @@ use crate::raw::{
 };
 use crate::units::{format_duration, format_size};
 
+mod policy;
+
 const HEADER: &str = "# lb-proxy configuration, written by lb-config: every value is explicit.\n";
 
 pub(crate) fn to_yaml(config: &Config) -> String {
@@ -20,6 +22,9 @@ pub(crate) fn to_yaml(config: &Config) -> String {
         defaults: None,
         frontends: Some(config.frontends.iter().map(frontend).collect()),
         backends: Some(config.backends.iter().map(backend).collect()),
+        conditions: policy::conditions(&config.policy),
+        lists: policy::lists(&config.policy),
+        maps: policy::maps(&config.policy),
     };
     match serde_yaml::to_string(&raw) {
         Ok(yaml) => format!("{HEADER}{yaml}"),
@@ -110,7 +115,16 @@ fn frontend(f: &Frontend) -> RawFrontend {
     let rules = f
         .rules
         .iter()
-        .map(|r| RawRule { path_prefix: r.path_prefix.clone(), host: r.host.clone(), backend: Some(r.backend.clone()) })
+        .map(|r| {
+            let (if_, unless) = policy::guard_pair(r.guard.as_ref());
+            RawRule {
+                path_prefix: r.path_prefix.clone(),
+                host: r.host.clone(),
+                backend: Some(policy::route_target(&r.backend)),
+                if_,
+                unless,
+            }
+        })
         .collect::<Vec<_>>();
     RawFrontend {
         name: Some(f.name.clone()),
@@ -126,6 +140,10 @@ fn frontend(f: &Frontend) -> RawFrontend {
         timeouts: Some(timeouts(&f.timeouts)),
         error_files: error_files(&f.error_pages),
         rules: (!rules.is_empty()).then_some(rules),
+        http_request: policy::request_rules(&f.http_request),
+        http_response: policy::response_rules(&f.http_response),
+        unique_id: policy::unique_id(f.unique_id.as_ref()),
+        log_format: policy::log_format(f.log_format.as_ref()),
         http2: Some(RawHttp2 {
             enabled: Some(f.http2.enabled),
             max_concurrent_streams: Some(i64::from(f.http2.max_concurrent_streams)),

@@ -3,6 +3,7 @@
 mod diagnostics;
 mod example;
 mod pages;
+mod policy;
 mod references;
 mod robustness;
 mod roundtrip;

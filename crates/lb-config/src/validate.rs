@@ -9,6 +9,7 @@ mod backend;
 mod frontend;
 mod global;
 mod links;
+mod policy;
 mod sections;
 
 use std::path::Path;
@@ -32,6 +33,11 @@ pub(crate) fn validate(
         ctx.push(&dup.path, dup.again, message);
     }
     let global = global::global(&mut ctx, raw.global.as_ref());
+    let policy = policy::policy(&mut ctx, raw);
+    let condition_names = policy.conditions.keys().cloned().collect();
+    let list_kinds = policy.lists.iter().map(|(n, l)| (n.clone(), l.kind)).collect();
+    let map_names = policy.maps.keys().cloned().collect();
+    let names = policy::Names { conditions: &condition_names, lists: &list_kinds, maps: &map_names };
     let defaults = sections::defaults(&mut ctx, raw.defaults.as_ref());
     let raw_backends = raw.backends.as_deref().unwrap_or_default();
     let backends: Vec<_> = raw_backends
@@ -46,14 +52,14 @@ pub(crate) fn validate(
     let frontends: Vec<_> = raw_frontends
         .iter()
         .enumerate()
-        .map(|(i, f)| frontend::frontend(&mut ctx, &item("frontends", i), f, &defaults))
+        .map(|(i, f)| frontend::frontend(&mut ctx, &item("frontends", i), f, &defaults, &names, &policy))
         .collect();
-    links::check(&mut ctx, raw_frontends, &frontends, &backends);
+    links::check(&mut ctx, &frontends, &backends, &policy);
     if let Some(stats) = &global.stats {
         links::stats_not_bound(&mut ctx, stats.address, &frontends);
     }
 
     ctx.finish()?;
     let frontends = frontends.into_iter().map(|c| c.frontend).collect();
-    Ok(Config { global, frontends, backends })
+    Ok(Config { global, frontends, backends, policy })
 }

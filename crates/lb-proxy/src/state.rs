@@ -93,8 +93,14 @@ impl FrontendState {
     pub(crate) fn new(config: &Frontend, backends: &Backends, global_max: usize) -> Self {
         // Validation guarantees every referenced backend exists; a missing one is skipped
         // rather than trusted blindly.
-        let routes =
-            config.rules.iter().filter_map(|rule| Some((rule.clone(), backends.get(&rule.backend)?.clone()))).collect();
+        let routes = config
+            .rules
+            .iter()
+            .filter_map(|rule| match &rule.backend {
+                lb_config::RouteTarget::Backend(name) => Some((rule.clone(), backends.get(name)?.clone())),
+                lb_config::RouteTarget::Map { .. } => None,
+            })
+            .collect();
         FrontendState {
             config: config.clone(),
             routes,

@@ -126,8 +126,8 @@ backends:
 ";
     assert_eq!(
         error(text),
-        "proxy.yaml:7:9: frontends[0].rules[0]: a tcp frontend cannot route by `path_prefix` or \
-         `host` (those are HTTP); use `default_backend`"
+        "proxy.yaml:7:9: frontends[0].rules[0]: a tcp frontend cannot route by `path_prefix`, \
+         `host` or conditions (those are HTTP); use `default_backend`"
     );
 }
 
@@ -147,7 +147,7 @@ backends: [{ name: app }]
     assert_eq!(
         errors(text),
         [
-            "proxy.yaml:5:9: frontends[0].rules[0]: a rule needs a condition: `path_prefix`, `host` or both",
+            "proxy.yaml:5:9: frontends[0].rules[0]: a rule needs a condition: `path_prefix`, `host`, `if` or `unless`",
             "proxy.yaml:6:9: frontends[0].rules[1]: missing `backend`",
             "proxy.yaml:7:24: frontends[0].rules[2].path_prefix: `admin` must start with `/`",
             "proxy.yaml:8:17: frontends[0].rules[3].host: invalid host name `a b`",

@@ -107,7 +107,12 @@ fn the_rich_config_resolves_every_key() {
     assert_eq!(https.rules.len(), 3);
     assert_eq!(
         https.rules[2],
-        Rule { path_prefix: Some("/v2".to_owned()), host: Some("x.example.com".to_owned()), backend: "v2".to_owned() }
+        Rule {
+            path_prefix: Some("/v2".to_owned()),
+            host: Some("x.example.com".to_owned()),
+            guard: None,
+            backend: RouteTarget::Backend("v2".to_owned()),
+        }
     );
 
     let tcp_in = config.frontend("tcp_in").expect("tcp_in");

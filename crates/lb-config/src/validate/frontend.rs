@@ -1,12 +1,14 @@
 //! One `frontends[i]` entry: binds, settings and routing rules (whose backends are checked in
 //! `links`, once every backend is known).
 
+use super::policy::{guard, log_format, request_rules, response_rules, route_target, tests_response, unique_id, Names};
 use super::sections::{body_size, error_files, header_size, timeouts, Defaults};
 use crate::address::parse_listen;
 use crate::check::Checker;
 use crate::error_pages::merged;
 use crate::locate::{child, item};
 use crate::model::{Bind, Frontend, Http2, ListenAddr, Mode, Rule};
+use crate::policy::{Policy, RouteTarget};
 use crate::raw::{RawBind, RawFrontend, RawHttp2, RawMode, RawRule};
 
 /// A frontend, with where each of its binds was written (for the checks across frontends).
@@ -16,7 +18,14 @@ pub(super) struct Checked {
     pub(super) bind_fields: Vec<String>,
 }
 
-pub(super) fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, d: &Defaults) -> Checked {
+pub(super) fn frontend(
+    ctx: &mut Checker<'_>,
+    path: &str,
+    raw: &RawFrontend,
+    d: &Defaults,
+    names: &Names<'_>,
+    policy: &Policy,
+) -> Checked {
     let accept_proxy = raw.accept_proxy.unwrap_or(false);
     let binds_path = child(path, "bind");
     let (bind_fields, binds): (Vec<String>, Vec<Bind>) = raw
@@ -30,8 +39,13 @@ pub(super) fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, d: 
         ctx.error(path, "at least one `bind` address is required");
     }
     let rules_path = child(path, "rules");
-    let rules: Vec<Rule> =
-        raw.rules.iter().flatten().enumerate().map(|(i, r)| rule(ctx, &item(&rules_path, i), r)).collect();
+    let rules: Vec<Rule> = raw
+        .rules
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, r)| rule(ctx, &item(&rules_path, i), r, names, policy))
+        .collect();
     if raw.default_backend.is_none() && rules.is_empty() {
         ctx.error(path, "needs a `default_backend` or at least one rule: no request could be routed");
     }
@@ -43,6 +57,16 @@ pub(super) fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, d: 
         tls: raw.tls.unwrap_or(false),
         default_backend: raw.default_backend.clone(),
         rules,
+        http_request: request_rules(
+            ctx,
+            &child(path, "http_request"),
+            raw.http_request.as_ref(),
+            names,
+            &policy.conditions,
+        ),
+        http_response: response_rules(ctx, &child(path, "http_response"), raw.http_response.as_ref(), names),
+        unique_id: unique_id(ctx, &child(path, "unique_id"), raw.unique_id.as_ref()),
+        log_format: log_format(ctx, path, raw.log_format.as_ref()).or_else(|| d.log_format.clone()),
         max_connections: ctx.limit(path, "max_connections", raw.max_connections),
         timeouts: timeouts(ctx, &child(path, "timeouts"), raw.timeouts.as_ref(), d.timeouts),
         max_header_size: header_size(ctx, path, raw.max_header_size.as_ref()).unwrap_or(d.max_header_size),
@@ -126,7 +150,7 @@ fn socket_mode(ctx: &mut Checker<'_>, field: &str, raw: &RawMode) -> Option<u32>
     }
 }
 
-fn rule(ctx: &mut Checker<'_>, path: &str, raw: &RawRule) -> Rule {
+fn rule(ctx: &mut Checker<'_>, path: &str, raw: &RawRule, names: &Names<'_>, policy: &Policy) -> Option<Rule> {
     if let Some(prefix) = &raw.path_prefix {
         if !prefix.starts_with('/') {
             ctx.error(&child(path, "path_prefix"), format!("`{prefix}` must start with `/`"));
@@ -137,15 +161,20 @@ fn rule(ctx: &mut Checker<'_>, path: &str, raw: &RawRule) -> Rule {
             ctx.error(&child(path, "host"), format!("invalid host name `{host}`"));
         }
     }
-    if raw.path_prefix.is_none() && raw.host.is_none() {
-        ctx.error(path, "a rule needs a condition: `path_prefix`, `host` or both");
+    let guard = guard(ctx, path, raw.if_.as_ref(), raw.unless.as_ref(), names);
+    if let Some(g) = &guard {
+        if tests_response(&g.condition, &policy.conditions, 0) {
+            ctx.error(path, "this condition tests the response (status, response_header): a backend is chosen before");
+        }
     }
-    if raw.backend.is_none() {
+    let Some(backend) = &raw.backend else {
         ctx.error(path, "missing `backend`");
+        return None;
+    };
+    let backend = route_target(ctx, &child(path, "backend"), backend, names)?;
+    let conditional = raw.path_prefix.is_some() || raw.host.is_some() || raw.if_.is_some() || raw.unless.is_some();
+    if !conditional && matches!(backend, RouteTarget::Backend(_)) {
+        ctx.error(path, "a rule needs a condition: `path_prefix`, `host`, `if` or `unless`");
     }
-    Rule {
-        path_prefix: raw.path_prefix.clone(),
-        host: raw.host.clone(),
-        backend: raw.backend.clone().unwrap_or_default(),
-    }
+    Some(Rule { path_prefix: raw.path_prefix.clone(), host: raw.host.clone(), guard, backend })
 }

@@ -7,15 +7,15 @@ use super::frontend::Checked;
 use crate::check::Checker;
 use crate::locate::{child, item};
 use crate::model::{Backend, ListenAddr, Mode};
-use crate::raw::RawFrontend;
+use crate::policy::{Policy, RouteTarget};
 
-pub(super) fn check(ctx: &mut Checker<'_>, raw_frontends: &[RawFrontend], frontends: &[Checked], backends: &[Backend]) {
+pub(super) fn check(ctx: &mut Checker<'_>, frontends: &[Checked], backends: &[Backend], policy: &Policy) {
     let names = frontends.iter().map(|c| c.frontend.name.as_str());
     unique_names(ctx, "frontends", "frontend", names);
     unique_names(ctx, "backends", "backend", backends.iter().map(|b| b.name.as_str()));
     unique_binds(ctx, frontends);
 
-    for (i, (raw, checked)) in raw_frontends.iter().zip(frontends).enumerate() {
+    for (i, checked) in frontends.iter().enumerate() {
         let path = item("frontends", i);
         let frontend = &checked.frontend;
         if let Some(name) = &frontend.default_backend {
@@ -23,16 +23,34 @@ pub(super) fn check(ctx: &mut Checker<'_>, raw_frontends: &[RawFrontend], fronte
         }
         for (j, rule) in frontend.rules.iter().enumerate() {
             let rule_path = item(&child(&path, "rules"), j);
-            if frontend.mode == Mode::Tcp && (rule.path_prefix.is_some() || rule.host.is_some()) {
+            if frontend.mode == Mode::Tcp && (rule.path_prefix.is_some() || rule.host.is_some() || rule.guard.is_some())
+            {
                 ctx.error(
                     &rule_path,
-                    "a tcp frontend cannot route by `path_prefix` or `host` (those are HTTP); \
+                    "a tcp frontend cannot route by `path_prefix`, `host` or conditions (those are HTTP); \
                      use `default_backend`",
                 );
             }
-            if raw.rules.as_ref().and_then(|r| r.get(j)).is_some_and(|r| r.backend.is_some()) {
-                reference(ctx, &child(&rule_path, "backend"), frontend.mode, &rule.backend, backends);
+            let field = child(&rule_path, "backend");
+            match &rule.backend {
+                RouteTarget::Backend(name) => reference(ctx, &field, frontend.mode, name, backends),
+                RouteTarget::Map { map, default, .. } => {
+                    if let Some(default) = default {
+                        reference(ctx, &child(&field, "default"), frontend.mode, default, backends);
+                    }
+                    // Every value of a map that routes must name a backend: a typo found now
+                    // rather than as requests falling through to the default.
+                    for (key, value) in policy.maps.get(map).map(|m| m.entries.as_slice()).unwrap_or_default() {
+                        if !backends.iter().any(|b| &b.name == value) {
+                            ctx.error(&field, format!("map `{map}`: key `{key}` names `{value}`, which is no backend"));
+                        }
+                    }
+                }
             }
+        }
+        let http_rules = !frontend.http_request.is_empty() || !frontend.http_response.is_empty();
+        if frontend.mode == Mode::Tcp && (http_rules || frontend.unique_id.is_some()) {
+            ctx.error(&path, "`http_request`, `http_response` and `unique_id` are for http frontends");
         }
     }
 }

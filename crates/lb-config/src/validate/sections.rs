@@ -9,6 +9,7 @@ use crate::defaults::{MAX_BODY_SIZE_RANGE, MAX_HEADER_SIZE, MAX_MAX_HEADER_SIZE,
 use crate::error_pages::{load_error_file, merged, parse_status_key};
 use crate::locate::child;
 use crate::model::{Balance, ErrorPage, ErrorPages, HttpReuse, Mode, Timeouts};
+use crate::policy::AccessLogFormat;
 use crate::raw::{RawDefaults, RawTimeouts, StatusKey};
 
 /// `defaults:` resolved: what each frontend and backend starts from.
@@ -24,6 +25,7 @@ pub(super) struct Defaults {
     pub(super) forward_for: bool,
     pub(super) timeouts: Timeouts,
     pub(super) error_pages: ErrorPages,
+    pub(super) log_format: Option<AccessLogFormat>,
 }
 
 pub(super) fn defaults(ctx: &mut Checker<'_>, raw: Option<&RawDefaults>) -> Defaults {
@@ -45,6 +47,7 @@ pub(super) fn defaults(ctx: &mut Checker<'_>, raw: Option<&RawDefaults>) -> Defa
         forward_for: raw.forward_for.unwrap_or(true),
         timeouts,
         error_pages: merged(&ErrorPages::defaults(), files),
+        log_format: super::policy::log_format(ctx, path, raw.log_format.as_ref()),
     }
 }
 

@@ -18,6 +18,8 @@ pub struct Config {
     pub backends: Vec<Backend>,
     /// Named conditions, lists and maps, shared by every frontend's rules.
     pub policy: Policy,
+    /// Limit tables (`tables:`), shared by every frontend, in name order.
+    pub tables: Vec<crate::table::Table>,
 }
 
 /// Process-wide settings (`global:`).

@@ -13,6 +13,7 @@ use crate::raw::{
 use crate::units::{format_duration, format_size};
 
 mod policy;
+mod tables;
 
 const HEADER: &str = "# lb-proxy configuration, written by lb-config: every value is explicit.\n";
 
@@ -25,6 +26,7 @@ pub(crate) fn to_yaml(config: &Config) -> String {
         conditions: policy::conditions(&config.policy),
         lists: policy::lists(&config.policy),
         maps: policy::maps(&config.policy),
+        tables: tables::tables(&config.tables),
     };
     match serde_yaml::to_string(&raw) {
         Ok(yaml) => format!("{HEADER}{yaml}"),

@@ -7,6 +7,7 @@ mod policy;
 mod references;
 mod robustness;
 mod roundtrip;
+mod tables;
 mod units;
 mod valid;
 

@@ -49,7 +49,13 @@ pub(crate) fn backend_config(name: &str, balance: Balance, servers: Vec<Server>)
 
 /// A config with no frontends and these backends.
 pub(crate) fn config_with(backends: Vec<Backend>) -> Config {
-    Config { global: Global { max_connections: 100, ..Global::default() }, frontends: Vec::new(), backends, policy: Default::default() }
+    Config {
+        global: Global { max_connections: 100, ..Global::default() },
+        frontends: Vec::new(),
+        backends,
+        policy: Default::default(),
+        tables: Vec::new(),
+    }
 }
 
 fn backend(balance: Balance, weights: &[u32]) -> Arc<BackendState> {

@@ -1,0 +1,50 @@
+//! `tables:` written back.
+
+use std::collections::BTreeMap;
+
+use serde_yaml::Value;
+
+use crate::raw::{RawLimitReq, RawPrefix, RawTable};
+use crate::table::{KeyType, Table};
+use crate::units::format_duration;
+
+pub(super) fn tables(tables: &[Table]) -> Option<BTreeMap<String, RawTable>> {
+    if tables.is_empty() {
+        return None;
+    }
+    Some(tables.iter().map(|t| (t.name.clone(), table(t))).collect())
+}
+
+fn table(t: &Table) -> RawTable {
+    let (prefix, len) = match t.key {
+        KeyType::Ip { v4_prefix, v6_prefix } if v4_prefix < 32 || v6_prefix < 128 => {
+            (Some(RawPrefix { ipv4: Some(i64::from(v4_prefix)), ipv6: Some(i64::from(v6_prefix)) }), None)
+        }
+        KeyType::String { len } => (None, Some(len as i64)),
+        _ => (None, None),
+    };
+    RawTable {
+        kind: Some(t.key.word().to_owned()),
+        prefix,
+        len,
+        size: Some(Value::from(t.size as u64)),
+        expire: Some(format_duration(t.expire)),
+        store: Some(
+            t.store
+                .iter()
+                .map(|s| match s.period {
+                    Some(p) => format!("{}({})", s.data, format_duration(p)),
+                    None => s.data.to_string(),
+                })
+                .collect(),
+        ),
+        limit_req: t.bucket.map(|b| RawLimitReq {
+            rate: Some(i64::from(b.rate)),
+            per: Some(format_duration(b.per)),
+            burst: Some(i64::from(b.burst)),
+            nodelay: Some(b.nodelay),
+            delay: Some(i64::from(b.delay)),
+        }),
+        global: Some(t.global),
+    }
+}

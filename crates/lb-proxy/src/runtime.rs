@@ -35,6 +35,7 @@ const HELP: &str = "\
 The following commands are valid at this level:
   add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>] : add a server (in maintenance)
   clear counters [all]                    : clear the maxima (all: every counter)
+  clear table <table> [<filter>]|[key <k>] : remove entries (all, those matching the filter, or one key)
   del server <bk>/<srv>                   : remove a server in maintenance or drain without connections
   disable frontend <fe>                   : stop accepting on a frontend (open connections go on)
   disable health <bk>/<srv>               : stop a server's health checks (it counts as up)
@@ -49,6 +50,7 @@ The following commands are valid at this level:
   set maxconn frontend <fe> <n>           : change a frontend's connection limit
   set maxconn global <n>                  : change the process's connection limit (up to global.max_connections)
   set rate-limit connections global <n>   : accept at most n connections per second (0: no limit)
+  set table <table> key <k> [data.<type> <v>]* : set an entry's data (made if absent)
   set server <bk>/<srv> addr <ip> [port <p>] : move a server (connections to the old address finish, not reused)
   set server <bk>/<srv> health <up|down>  : force a checked server's health until its next checks decide
   set server <bk>/<srv> state <state>     : set a server's state: ready, drain or maint
@@ -65,6 +67,7 @@ The following commands are valid at this level:
   show servers state [<backend>]          : dump volatile server information (all or for a single backend)
   show sess                               : report a summary of the current sessions
   show stat [<iid>|<proxy> <type> <sid>] [typed|json] : report counters for each proxy and server
+  show table [<table> [<filter>]|[key <k>]] : the tables, or one table's entries (filter: data.<type> <op> <v>)
   show version                            : the running version
   shutdown sessions server <bk>/<srv>     : close every connection to a server";
 
@@ -86,6 +89,9 @@ impl ProxyRuntime {
     /// One command (already split from its line).
     pub(crate) fn run(&self, command: &str) -> RuntimeResult {
         let words: Vec<&str> = command.split_whitespace().collect();
+        if let Some(result) = crate::tables::command(&self.proxy.tables, &words) {
+            return result.map_or_else(RuntimeResult::refused, RuntimeResult::ok);
+        }
         if let Some(result) = process::command(self, &words) {
             return result;
         }

@@ -24,6 +24,7 @@ use crate::log::Logger;
 use crate::pool::Pool;
 use crate::runtime::ProxyRuntime;
 use crate::state::{FrontendState, Proxy};
+use crate::tables::Tables;
 use crate::{health, Error, Listeners};
 use lb_proxy_protocol::read_proxy_header;
 use lb_supervisor::MasterLink;
@@ -151,6 +152,7 @@ pub async fn start_supervised(
         conn_rate_limit: AtomicU64::new(0),
         counters: Counters::default(),
         frontends,
+        tables: Tables::new(&config.tables),
         threads: config
             .global
             .supervision
@@ -164,6 +166,7 @@ pub async fn start_supervised(
         counters_ready: tokio::sync::watch::Sender::new(!master.is_attached()),
     });
     health::spawn_health_checks(&proxy.backends, shutdown.clone());
+    proxy.tables.spawn_sweeper(shutdown.clone());
     let runtime = ProxyRuntime::new(proxy.clone(), shutdown.clone());
 
     let tracker = TaskTracker::new();

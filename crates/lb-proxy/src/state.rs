@@ -16,6 +16,7 @@ use crate::counters::Counters;
 use crate::limit::Limit;
 use crate::log::Logger;
 use crate::pool::Pool;
+use crate::tables::Tables;
 
 /// Everything the connections of one serving process share.
 #[derive(Debug)]
@@ -38,6 +39,8 @@ pub(crate) struct Proxy {
     pub(crate) counters: Counters,
     /// Every frontend, in config order.
     pub(crate) frontends: Vec<Arc<FrontendState>>,
+    /// The limit tables (`tables:`).
+    pub(crate) tables: Tables,
     /// Runtime threads serving (`show info`'s Nbthread).
     pub(crate) threads: usize,
     pub(crate) started: std::time::Instant,

@@ -22,6 +22,7 @@
 mod key;
 mod row;
 mod shard;
+mod show;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +35,7 @@ use lb_config::{DataType, Table as TableConfig};
 pub(crate) use key::Key;
 pub(crate) use row::{Layout, Now, Row, Verdict};
 use shard::{Found, Shard};
+pub(crate) use show::command;
 
 /// Most shards a table is split in; one per 4096 entries of its size below that.
 const MAX_SHARDS: usize = 64;
@@ -60,6 +62,29 @@ impl Tables {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Table>> {
         self.tables.iter()
     }
+
+    /// Removes expired entries every second, until the worker stops (lookups only remove a
+    /// couple at a time, so an idle table would otherwise keep its dead entries).
+    pub(crate) fn spawn_sweeper(&self, mut shutdown: lb_supervisor::Shutdown) {
+        if self.tables.is_empty() {
+            return;
+        }
+        let tables = self.tables.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let now = Now::read();
+                        for table in &tables {
+                            table.purge(now);
+                        }
+                    }
+                    () = shutdown.stopped() => return,
+                }
+            }
+        });
+    }
 }
 
 /// One table.
@@ -78,6 +103,34 @@ pub(crate) struct Table {
     pub(crate) evictions: AtomicU64,
     /// Keys not tracked because every entry their shard could give up was in use.
     pub(crate) full: AtomicU64,
+    /// Requests and connections refused on this table's figures, by [`Reason`].
+    pub(crate) denials: [AtomicU64; Reason::ALL.len()],
+}
+
+/// Why a request or connection was refused on a table's figures (`/metrics`' `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// Past the `limit_req` burst.
+    LimitReq,
+    /// A `deny` rule whose condition read the table.
+    Deny,
+    /// A `tarpit` rule whose condition read the table.
+    Tarpit,
+    /// A connection closed at accept.
+    Reject,
+}
+
+impl Reason {
+    pub(crate) const ALL: [Reason; 4] = [Reason::LimitReq, Reason::Deny, Reason::Tarpit, Reason::Reject];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Reason::LimitReq => "limit_req",
+            Reason::Deny => "deny",
+            Reason::Tarpit => "tarpit",
+            Reason::Reject => "reject",
+        }
+    }
 }
 
 impl Table {
@@ -96,12 +149,17 @@ impl Table {
             expire_secs: u32::try_from(config.expire.as_secs()).unwrap_or(u32::MAX).max(1),
             evictions: AtomicU64::new(0),
             full: AtomicU64::new(0),
+            denials: Default::default(),
             config,
         }
     }
 
     pub(crate) fn name(&self) -> &str {
         &self.config.name
+    }
+
+    pub(crate) fn denied(&self, reason: Reason) {
+        self.denials[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     fn hash(&self, key: &Key) -> u64 {
@@ -187,10 +245,11 @@ impl Table {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).allocated()).sum()
     }
 
-    /// Each live entry, shard by shard, most recently used first: `f(key, use, expires in ms, row)`.
-    pub(crate) fn for_each(&self, now: Now, mut f: impl FnMut(&Key, u32, u64, &Row<'_>)) {
+    /// Each live entry, shard by shard, most recently used first:
+    /// `f(id, key, use, expires in ms, row)`, the id being the shard's number and the slot's.
+    pub(crate) fn for_each(&self, now: Now, mut f: impl FnMut(u64, &Key, u32, u64, &Row<'_>)) {
         let width = self.layout.width;
-        for shard in self.shards.iter() {
+        for (i, shard) in self.shards.iter().enumerate() {
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
             let slots: Vec<u32> = shard.slots().collect();
             for slot in slots {
@@ -201,7 +260,7 @@ impl Table {
                 let expires_ms = (u64::from(expire) * 1000 + 999).saturating_sub(now.0);
                 let (meta, cells) = shard.entry_mut(slot, width);
                 let row = Row { layout: &self.layout, cells, now };
-                f(&meta.key, refs, expires_ms, &row);
+                f((i as u64) << 32 | u64::from(slot), &meta.key, refs, expires_ms, &row);
             }
         }
     }

@@ -50,6 +50,7 @@ impl FuzzRuntime {
             conn_rate_limit: AtomicU64::new(0),
             counters: Counters::default(),
             frontends,
+            tables: crate::tables::Tables::new(&config.tables),
             threads: 1,
             started: std::time::Instant::now(),
             started_at: std::time::SystemTime::now(),

@@ -225,3 +225,36 @@ fn a_million_ipv4_entries_with_three_counters() {
     assert_eq!(used, 1_000_000);
     assert!(bytes <= 128 << 20);
 }
+
+#[test]
+fn runtime_commands_read_and_write_entries_in_haproxys_words() {
+    let mut cfg = config("per_ip", 100, vec![store(DataType::HttpReqRate, Some(10)), store(DataType::Gpc(0), None)]);
+    cfg.key = KeyType::Ip { v4_prefix: 24, v6_prefix: 64 };
+    let tables = Tables::new(&[cfg]);
+    let run = |line: &str| command(&tables, &line.split_whitespace().collect::<Vec<_>>()).expect("a table command");
+    assert_eq!(run("show table"), Ok("# table: per_ip, type: ip, size:100, used:0\n".into()));
+    assert_eq!(run("set table per_ip key 192.0.2.7 data.gpc0 5 data.http_req_rate 40"), Ok(String::new()));
+    assert_eq!(run("set table per_ip key 198.51.100.1 data.gpc0 1"), Ok(String::new()));
+    let shown = run("show table per_ip data.gpc0 gt 1").expect("shown");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], "# table: per_ip, type: ip, size:100, used:2");
+    assert_eq!(lines.len(), 2, "{shown}");
+    let entry = regex::Regex::new(
+        r"^0x[0-9a-f]+: key=192\.0\.2\.0/24 use=0 exp=\d+ shard=0 http_req_rate\(10000\)=\d+ gpc0=5$",
+    )
+    .expect("regex");
+    assert!(entry.is_match(lines[1]), "{}", lines[1]);
+    assert_eq!(run("show table per_ip key 192.0.2.99").expect("shown").lines().count(), 2, "same network");
+    assert_eq!(run("show table nope"), Err("No such table.".into()));
+    assert_eq!(run("show table per_ip data.gpc3 gt 1"), Err("Data type not stored in this table".into()));
+    assert_eq!(run("show table per_ip data.sess_rate gt 1"), Err("Unknown data type".into()));
+    assert!(run("show table per_ip data.gpc0 over 1").is_err_and(|e| e.starts_with("Require and operator")));
+    assert!(run("show table per_ip data.gpc0 gt x").is_err_and(|e| e.starts_with("Require a valid integer")));
+    assert!(run("set table per_ip key 10.0.0.1 data.gpc0 -1").is_err_and(|e| e.contains("to store")));
+    assert!(run("set table per_ip key nope data.gpc0 1").is_err_and(|e| e.contains("not an IPv4 or IPv6")));
+    assert_eq!(run("clear table per_ip data.gpc0 lt 2"), Ok(String::new()));
+    assert_eq!(run("show table").expect("shown"), "# table: per_ip, type: ip, size:100, used:1\n");
+    assert_eq!(run("clear table per_ip key 192.0.2.1"), Ok(String::new()));
+    assert_eq!(run("show table").expect("shown"), "# table: per_ip, type: ip, size:100, used:0\n");
+    assert_eq!(command(&tables, &["show", "stat"]), None, "not a table command");
+}

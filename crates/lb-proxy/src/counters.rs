@@ -36,6 +36,10 @@ pub(crate) struct Counters {
     pub(crate) responses: [AtomicU64; 6],
     /// Requests that could not be parsed (frontend: `ereq`).
     pub(crate) request_errors: AtomicU64,
+    /// Requests denied by a rule (`dreq`), and answered by lb-proxy itself through a `return`
+    /// or `redirect` rule (`intercepted`), as HAProxy counts them.
+    pub(crate) denied_requests: AtomicU64,
+    pub(crate) intercepted: AtomicU64,
     /// Failed connects to a server (`econ`).
     pub(crate) connect_errors: AtomicU64,
     /// Responses that failed or timed out before their headers (`eresp`).
@@ -180,6 +184,8 @@ impl Counters {
             bytes_out: get(&self.bytes_out),
             responses: [0, 1, 2, 3, 4, 5].map(|i| self.responses(i)),
             request_errors: get(&self.request_errors),
+            denied_requests: get(&self.denied_requests),
+            intercepted: get(&self.intercepted),
             connect_errors: get(&self.connect_errors),
             response_errors: get(&self.response_errors),
             retries: get(&self.retries),
@@ -209,6 +215,8 @@ impl Counters {
             &self.bytes_in,
             &self.bytes_out,
             &self.request_errors,
+            &self.denied_requests,
+            &self.intercepted,
             &self.connect_errors,
             &self.response_errors,
             &self.retries,
@@ -236,6 +244,8 @@ impl Counters {
             add(counter, n);
         }
         add(&self.request_errors, base.request_errors);
+        add(&self.denied_requests, base.denied_requests);
+        add(&self.intercepted, base.intercepted);
         add(&self.connect_errors, base.connect_errors);
         add(&self.response_errors, base.response_errors);
         add(&self.retries, base.retries);
@@ -259,6 +269,11 @@ pub(crate) struct Totals {
     pub(crate) bytes_out: u64,
     pub(crate) responses: [u64; 6],
     pub(crate) request_errors: u64,
+    /// Absent from the totals of a worker from before they were counted: 0.
+    #[serde(default)]
+    pub(crate) denied_requests: u64,
+    #[serde(default)]
+    pub(crate) intercepted: u64,
     pub(crate) connect_errors: u64,
     pub(crate) response_errors: u64,
     pub(crate) retries: u64,
@@ -306,6 +321,8 @@ impl Totals {
             bytes_out: d(self.bytes_out, earlier.bytes_out),
             responses,
             request_errors: d(self.request_errors, earlier.request_errors),
+            denied_requests: d(self.denied_requests, earlier.denied_requests),
+            intercepted: d(self.intercepted, earlier.intercepted),
             connect_errors: d(self.connect_errors, earlier.connect_errors),
             response_errors: d(self.response_errors, earlier.response_errors),
             retries: d(self.retries, earlier.retries),

@@ -22,4 +22,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+
+    /// A rule that does not compile: validation rules this out for a configuration that was
+    /// loaded, so only one built by hand gets it.
+    #[error("policy: {0}")]
+    Policy(String),
 }

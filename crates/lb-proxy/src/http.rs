@@ -327,6 +327,7 @@ fn bad_request(ctx: &Arc<ConnCtx>, since: Instant, status: u16, termination: [u8
         upstream: None,
         client_side: None,
         _stream: None,
+        policy: None,
     };
     let from_client = match &ctx.wire {
         Wire::H1(activity) => activity.take_received(),

@@ -23,6 +23,8 @@
 //!   connections shared by a process (`http_reuse: safe`).
 //! - `backend`, `health`: server state, balancing, slowstart, health checks.
 //! - `facts`: what a connection's socket and PROXY header (crate `lb-proxy-protocol`) tell.
+//! - `policy`: the edge policy (conditions, routing rules, `http_request` / `http_response`
+//!   actions, lists and maps changed at run time), compiled per frontend and run by `http`.
 //! - `capture`: the last refused request of each frontend (`show errors`).
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
 //! - `text`: numbers and IPv4 addresses as text, cheaply (log lines, X-Forwarded-For).
@@ -45,6 +47,7 @@ mod http;
 mod limit;
 mod listener;
 mod log;
+mod policy;
 mod pool;
 mod runtime;
 mod serve;

@@ -9,7 +9,7 @@
 //! is full or a send fails the line is dropped and counted, and the count is reported (via
 //! `tracing`) at most once per 10 seconds: a slow log reader costs log lines, never latency.
 //!
-//! Layout: `format` renders lines from a record, a time and a time zone (no clock inside, so tests
+//! Layout: `custom` renders a frontend's own `log_format` and the capture blocks; `format` renders lines from a record, a time and a time zone (no clock inside, so tests
 //! pin exact lines), with their time stamps from `stamp`; `sink` moves rendered lines to their
 //! destination.
 
@@ -19,10 +19,12 @@ use std::time::SystemTime;
 
 use chrono::{FixedOffset, LocalResult, NaiveDate, NaiveDateTime, TimeZone};
 
-use lb_config::{Log, LogFormat, LogTarget};
+use lb_config::{AccessLogFormat, Log, LogFormat, LogTarget};
 
 use crate::facts::ConnFacts;
+use crate::policy::Captured;
 
+mod custom;
 mod format;
 #[cfg(test)]
 mod regex_tests;
@@ -84,6 +86,14 @@ pub(crate) struct HttpLog<'a> {
     pub(crate) backend_queue: usize,
     /// `<BADREQ>` for an unparsable request.
     pub(crate) request_line: &'a str,
+    /// The frontend's own line format (`log_format`); `None`: `global.log.format`.
+    pub(crate) format: Option<&'a AccessLogFormat>,
+    /// Headers captured by the frontend's rules, for the `{…}` blocks.
+    pub(crate) captured: Option<&'a Captured>,
+    /// The request's ID (`unique_id`, `%ID`).
+    pub(crate) unique_id: Option<&'a str>,
+    /// Bytes received from the client (`%U`).
+    pub(crate) bytes_uploaded: u64,
 }
 
 /// One TCP connection, as HAProxy's tcplog tells it.

@@ -21,6 +21,7 @@ use crate::facts::ConnFacts;
 use crate::limit::Limit;
 use crate::listener::ClientStream;
 use crate::log::Logger;
+use crate::policy::Patterns;
 use crate::pool::Pool;
 use crate::runtime::ProxyRuntime;
 use crate::state::{FrontendState, Proxy};
@@ -111,10 +112,13 @@ pub async fn start_supervised(
 ) -> Result<Server, Error> {
     let logger = Logger::new(&config.global.log).map_err(|source| Error::Log { source })?;
     let backends = Backends::new(&config);
+    let patterns = Arc::new(Patterns::new(&config.policy));
     let mut accepts = Vec::new();
     let mut frontends = Vec::new();
     for fe in &config.frontends {
-        let state = Arc::new(FrontendState::new(fe, &backends, config.global.max_connections));
+        let state = FrontendState::new(fe, &backends, config.global.max_connections, &config.policy, &patterns)
+            .map_err(Error::Policy)?;
+        let state = Arc::new(state);
         frontends.push(state.clone());
         for bind in &fe.binds {
             let listener = listeners
@@ -153,6 +157,7 @@ pub async fn start_supervised(
         counters: Counters::default(),
         frontends,
         tables: Tables::new(&config.tables),
+        patterns,
         threads: config
             .global
             .supervision

@@ -15,6 +15,7 @@ use crate::capture::Captures;
 use crate::counters::Counters;
 use crate::limit::Limit;
 use crate::log::Logger;
+use crate::policy::{FrontendPolicy, Patterns};
 use crate::pool::Pool;
 use crate::tables::Tables;
 
@@ -41,6 +42,8 @@ pub(crate) struct Proxy {
     pub(crate) frontends: Vec<Arc<FrontendState>>,
     /// The limit tables (`tables:`).
     pub(crate) tables: Tables,
+    /// The lists and maps the rules read, which the runtime API changes.
+    pub(crate) patterns: Arc<Patterns>,
     /// Runtime threads serving (`show info`'s Nbthread).
     pub(crate) threads: usize,
     pub(crate) started: std::time::Instant,
@@ -57,8 +60,8 @@ pub(crate) struct Proxy {
 #[derive(Debug)]
 pub(crate) struct FrontendState {
     pub(crate) config: Frontend,
-    routes: Vec<(lb_config::Rule, Arc<BackendState>)>,
-    default_backend: Option<Arc<BackendState>>,
+    /// Its rules compiled: routing, `http_request`, `http_response`.
+    pub(crate) policy: FrontendPolicy,
     /// Current connections on this frontend (HAProxy's feconn).
     pub(crate) feconn: AtomicUsize,
     /// Its `max_connections` (by default the global one), or as last set at run time.
@@ -93,27 +96,23 @@ impl Proxy {
 }
 
 impl FrontendState {
-    pub(crate) fn new(config: &Frontend, backends: &Backends, global_max: usize) -> Self {
-        // Validation guarantees every referenced backend exists; a missing one is skipped
-        // rather than trusted blindly.
-        let routes = config
-            .rules
-            .iter()
-            .filter_map(|rule| match &rule.backend {
-                lb_config::RouteTarget::Backend(name) => Some((rule.clone(), backends.get(name)?.clone())),
-                lb_config::RouteTarget::Map { .. } => None,
-            })
-            .collect();
-        FrontendState {
+    /// `Err` names a rule that does not compile (see [`FrontendPolicy::new`]).
+    pub(crate) fn new(
+        config: &Frontend,
+        backends: &Backends,
+        global_max: usize,
+        policy: &lb_config::Policy,
+        patterns: &Patterns,
+    ) -> Result<Self, String> {
+        Ok(FrontendState {
             config: config.clone(),
-            routes,
-            default_backend: config.default_backend.as_deref().and_then(|b| backends.get(b)).cloned(),
+            policy: FrontendPolicy::new(config, policy, patterns, backends)?,
             feconn: AtomicUsize::new(0),
             limit: Limit::new(config.max_connections.unwrap_or(global_max)),
             paused: tokio::sync::watch::Sender::new(false),
             counters: Counters::default(),
             errors: Captures::default(),
-        }
+        })
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -134,28 +133,8 @@ impl FrontendState {
         *self.paused.borrow()
     }
 
-    /// The backend for a request: the first rule that matches, else the default backend.
-    pub(crate) fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<BackendState>> {
-        let host = host.map(strip_port);
-        self.routes
-            .iter()
-            .find(|(rule, _)| {
-                rule.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
-                    && rule.host.as_deref().is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
-            })
-            .map(|(_, backend)| backend)
-            .or(self.default_backend.as_ref())
-    }
-
     /// The backend of a TCP-mode frontend.
     pub(crate) fn default_backend(&self) -> Option<&Arc<BackendState>> {
-        self.default_backend.as_ref()
+        self.policy.default_backend()
     }
-}
-
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.split_inclusive(']').next().unwrap_or(host);
-    }
-    host.rsplit_once(':').map_or(host, |(h, _)| h)
 }

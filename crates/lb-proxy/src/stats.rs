@@ -283,6 +283,8 @@ fn frontend_row(index: usize, fe: &FrontendState) -> Row {
         .set("bin", t.bytes_in)
         .set("bout", t.bytes_out)
         .set("ereq", t.request_errors)
+        .set("dreq", t.denied_requests)
+        .set("intercepted", t.intercepted)
         .set("status", if fe.is_paused() { "PAUSED" } else { "OPEN" })
         .set("pid", PROCESS_NUMBER)
         .set("iid", frontend_id(index))

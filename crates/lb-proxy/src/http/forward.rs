@@ -21,6 +21,8 @@ use crate::backend::{BackendState, ServerState};
 use crate::connect::ConnectFailure;
 use crate::counters::{Sample, Transfer};
 use crate::log::HttpLog;
+use crate::policy::{render, Captured, Final, RequestVars, RequestView, Subject};
+use lb_config::Reply;
 
 /// What the log line of one request needs, filled in as the request goes.
 #[derive(Debug)]
@@ -43,6 +45,18 @@ pub(crate) struct Exchange {
     pub(crate) client_side: Option<Arc<ClientSide>>,
     /// An HTTP/2 stream stays counted as open until its exchange is gone.
     pub(crate) _stream: Option<super::h2::StreamGuard>,
+    /// What the rules captured for the log, and the request's ID (`unique_id`).
+    pub(crate) policy: Option<Box<PolicyFacts>>,
+}
+
+/// What an exchange carries for the frontend's policy: captures, the request ID, and the
+/// request's head when a response rule reads it. Boxed and absent for frontends without rules
+/// that need it, so that an exchange stays small.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyFacts {
+    pub(crate) captured: Captured,
+    pub(crate) unique_id: Option<String>,
+    pub(crate) request: Option<(http::Method, Uri, http::HeaderMap)>,
 }
 
 impl Exchange {
@@ -101,6 +115,10 @@ impl Exchange {
             srv_queue: 0,
             backend_queue: backend.map_or(0, |b| b.queued()),
             request_line: &self.request_line,
+            format: ctx.fe.config.log_format.as_ref(),
+            captured: self.policy.as_ref().map(|p| &p.captured),
+            unique_id: self.policy.as_ref().and_then(|p| p.unique_id.as_deref()),
+            bytes_uploaded: bytes.from_client,
         };
         ctx.proxy.logger.http(&record, wall);
     }
@@ -169,18 +187,37 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         upstream: None,
         client_side: None,
         _stream: stream,
+        policy: None,
     };
     if let Some(reason) = conflict.or(refused) {
         tracing::debug!(frontend = ctx.fe.name(), client = ?ctx.facts.client, "refused request: {reason}");
         return Ok(error(ex, 400, *b"PR"));
     }
-    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).or(req.uri().host());
-    let Some(backend) = ctx.fe.route(host, req.uri().path()).cloned() else {
+    let (mut parts, body) = req.into_parts();
+    let policy = &ctx.fe.policy;
+    if policy.captures() || policy.unique_id.is_some() || policy.response_reads_request {
+        let captured =
+            Captured { request: vec![None; policy.request_captures], response: vec![None; policy.response_captures] };
+        ex.policy = Some(Box::new(PolicyFacts { captured, ..PolicyFacts::default() }));
+    }
+    if policy.has_request_rules() {
+        ex = match request_policy(ex, &mut parts) {
+            Ok(ex) => ex,
+            Err(answer) => return Ok(answer),
+        };
+    }
+    let subject =
+        Subject { req: Some(RequestView::of(&parts)), facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
+    let Some(backend) = policy.route(&subject).cloned() else {
         return Ok(error(ex, 503, *b"SC"));
     };
     ex.backend = Some(backend.clone());
+    if policy.response_reads_request {
+        if let Some(p) = ex.policy.as_mut() {
+            p.request = Some((parts.method.clone(), parts.uri.clone(), parts.headers.clone()));
+        }
+    }
 
-    let (mut parts, body) = req.into_parts();
     let upgrade = headers::strip_hop_by_hop(&mut parts.headers);
     // An upgrade (WebSocket) is passed on: the two headers that ask for it travel this hop too.
     let client_upgrade = match upgrade.filter(|u| tunnel::passes(parts.version, &parts.headers, has_te, u)) {
@@ -293,6 +330,14 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         return Ok(switch_protocols(ex, parts, client_upgrade, backend.config().timeouts.tunnel));
     }
     headers::strip_hop_by_hop(&mut parts.headers);
+    if ctx.fe.policy.has_response_rules() {
+        if let Some(reply) = response_policy(&mut ex, &mut parts) {
+            // The server's body is not read: its connection cannot carry another request.
+            drop(body);
+            drop(up);
+            return Ok(own_reply(ex, &reply, *b"PH", None));
+        }
+    }
     // (HTTP/2 has no such header: a drain sends GOAWAY instead.)
     if ctx.shutdown.is_draining() && !ctx.is_h2() {
         parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -326,6 +371,146 @@ fn switch_protocols(
     let ctx = ex.ctx.clone();
     *lock(&ctx.tunnel) = Some(tunnel::Pending { exchange: ex, client, server, timeout });
     Response::from_parts(parts, ResponseBody::empty())
+}
+
+/// Runs the `http_request` rules (and makes the request ID); `Err` is a rule's answer.
+fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts) -> Result<Exchange, Response<ResponseBody>> {
+    let ctx = ex.ctx.clone();
+    let policy = &ctx.fe.policy;
+    let facts = ex.policy.get_or_insert_with(Box::default);
+    if let Some(uid) = &policy.unique_id {
+        let id = unique_id(uid, parts, &ctx);
+        if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(uid.header.as_bytes()), HeaderValue::from_str(&id))
+        {
+            // Set before the rules, so that they see (and may use) it as the server will.
+            parts.headers.insert(name, value);
+        }
+        facts.unique_id = Some(id);
+    }
+    let Some(outcome) =
+        policy.on_request(parts, &ctx.facts, ctx.fe.name(), facts.unique_id.as_deref(), &mut facts.captured)
+    else {
+        return Ok(ex);
+    };
+    let counted = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Err(match outcome {
+        Final::Deny(reply) => {
+            counted(&ctx.fe.counters.denied_requests);
+            own_reply(ex, reply, *b"PR", None)
+        }
+        Final::Return(reply) => {
+            counted(&ctx.fe.counters.intercepted);
+            own_reply(ex, reply, *b"LR", None)
+        }
+        Final::Redirect { code, location } => {
+            counted(&ctx.fe.counters.intercepted);
+            let reply =
+                Reply { status: code, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
+            own_reply(ex, &reply, *b"LR", Some(location))
+        }
+    })
+}
+
+/// Runs the `http_response` rules on the server's response head; `Some` when one denies it.
+fn response_policy(ex: &mut Exchange, parts: &mut http::response::Parts) -> Option<Reply> {
+    let ctx = ex.ctx.clone();
+    let facts = ex.policy.get_or_insert_with(Box::default);
+    let req = facts.request.as_ref().map(|(method, uri, headers)| RequestView { method, uri, headers });
+    let status = parts.status.as_u16();
+    let reply = ctx.fe.policy.on_response(
+        status,
+        &mut parts.headers,
+        req,
+        &ctx.facts,
+        ctx.fe.name(),
+        facts.unique_id.as_deref(),
+        &mut facts.captured,
+    )?;
+    Some(reply.clone())
+}
+
+/// The request's ID: the client's own when it sent a sane one and the frontend keeps it, else
+/// a new one (from the format, or a random UUID).
+fn unique_id(uid: &lb_config::UniqueId, parts: &http::request::Parts, ctx: &ConnCtx) -> String {
+    if uid.keep_client {
+        let given = parts.headers.get(uid.header.as_str()).and_then(|v| v.to_str().ok());
+        if let Some(id) = given.filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic())) {
+            return id.to_owned();
+        }
+    }
+    match &uid.format {
+        Some(format) => {
+            let subject = Subject {
+                req: Some(RequestView::of(parts)),
+                facts: &ctx.facts,
+                frontend: ctx.fe.name(),
+                response: None,
+            };
+            let mut out = String::new();
+            render(format, &RequestVars { subject: &subject, unique_id: None }, &mut out);
+            out
+        }
+        None => uuid_v4(),
+    }
+}
+
+fn uuid_v4() -> String {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+/// A response of a rule (`deny`, `return`, `redirect`, an `http_response` deny): the rule's own
+/// body and headers, or, for a `deny` without a body, the frontend's error page for its status.
+fn own_reply(
+    mut ex: Exchange,
+    reply: &Reply,
+    termination: [u8; 2],
+    location: Option<String>,
+) -> Response<ResponseBody> {
+    let pages = &ex.ctx.fe.config.error_pages;
+    let use_page = reply.body.is_empty()
+        && reply.content_type.is_none()
+        && location.is_none()
+        && pages.pages.contains_key(&reply.status);
+    if use_page {
+        return error(ex, reply.status, termination);
+    }
+    ex.status = i32::from(reply.status);
+    ex.termination = termination;
+    ex.upstream = None;
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::FORBIDDEN);
+    let headers = response.headers_mut();
+    if let Some(t) = &reply.content_type {
+        if let Ok(v) = HeaderValue::from_str(t) {
+            headers.insert(header::CONTENT_TYPE, v);
+        }
+    }
+    if let Some(location) = location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        headers.insert(header::LOCATION, location);
+    }
+    if !reply.headers.is_empty() {
+        let ctx = ex.ctx.clone();
+        let subject = Subject { req: None, facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
+        let unique_id = ex.policy.as_ref().and_then(|p| p.unique_id.clone());
+        let vars = RequestVars { subject: &subject, unique_id: unique_id.as_deref() };
+        for (name, template) in &reply.headers {
+            let mut value = String::new();
+            render(template, &vars, &mut value);
+            if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
+                headers.append(n, v);
+            }
+        }
+    }
+    if ex.ctx.shutdown.is_draining() && !ex.ctx.is_h2() {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let body = bytes::Bytes::from(reply.body.clone());
+    let (parts, ()) = response.into_parts();
+    Response::from_parts(parts, ResponseBody::full(body, Box::new(ex)))
 }
 
 /// A response lb-proxy writes itself; the exchange is logged when it has been sent.

@@ -95,6 +95,11 @@ pub(super) fn render_into<Tz>(
     let now = datetime(now, tz);
     header(out, framing, ident, &now);
     match (format, rec) {
+        (_, Record::Http(rec)) if rec.format.is_some() => {
+            if let Some(custom) = rec.format {
+                super::custom::render_custom(out, rec, custom, tz);
+            }
+        }
         (LogFormat::Haproxy, Record::Http(rec)) => http_message(out, rec, tz),
         (LogFormat::Haproxy, Record::Tcp(rec)) => tcp_message(out, rec, tz),
         (LogFormat::Json, Record::Http(rec)) => out.push_str(&http_json(rec, tz).to_string()),
@@ -181,6 +186,15 @@ where
         rec.srv_queue,
         rec.backend_queue,
     );
+    // HAProxy's capture blocks, each only when the frontend captures on that side.
+    if let Some(c) = rec.captured {
+        for values in [&c.request, &c.response] {
+            if !values.is_empty() {
+                out.push(' ');
+                super::custom::block(out, values);
+            }
+        }
+    }
     out.push_str(" \"");
     push_escaped(out, rec.request_line, false);
     out.push('"');
@@ -295,6 +309,15 @@ where
         }
     }
     add_conn_facts(&mut v, rec.facts);
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(c) = rec.captured {
+            obj.insert("captured_request_headers".into(), json!(c.request));
+            obj.insert("captured_response_headers".into(), json!(c.response));
+        }
+        if let Some(id) = rec.unique_id {
+            obj.insert("unique_id".into(), id.into());
+        }
+    }
     v
 }
 
@@ -366,7 +389,7 @@ where
 }
 
 /// The two termination characters, `?` for anything that is not printable ASCII.
-fn termination(t: [u8; 2]) -> String {
+pub(super) fn termination(t: [u8; 2]) -> String {
     t.iter().map(|&b| if b.is_ascii_graphic() { char::from(b) } else { '?' }).collect()
 }
 
@@ -402,7 +425,7 @@ fn push_joined(out: &mut String, sep: char, numbers: &[i64]) {
 
 /// Writes `s` with HAProxy's log escaping: control bytes, bytes ≥ 0x7f, `"` and `#` as `#XX`
 /// (and spaces too for names, which are single fields). No log line can be split or forged.
-fn push_escaped(out: &mut String, s: &str, escape_space: bool) {
+pub(super) fn push_escaped(out: &mut String, s: &str, escape_space: bool) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let table = if escape_space { &ESCAPED_IN_NAMES } else { &ESCAPED };
     // Runs of bytes that stay as they are go in whole (they are ASCII: on character boundaries).

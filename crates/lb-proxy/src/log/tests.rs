@@ -58,6 +58,10 @@ pub(super) fn http<'a>(facts: &'a ConnFacts, request_line: &'a str) -> HttpLog<'
         srv_queue: 0,
         backend_queue: 0,
         request_line,
+        format: None,
+        captured: None,
+        unique_id: None,
+        bytes_uploaded: 0,
     }
 }
 
@@ -378,4 +382,54 @@ fn every_header_style_as_haproxy_names_them() {
     assert_eq!(head(syslog_udp(LogHeader::Raw)), "<134>");
     let local = Framing { header: LogHeader::Rfc5424, pri: 134, target: Target::Syslog { with_host: false } };
     assert_eq!(head(local), "<134>1 2009-02-13T23:31:30.764+00:00 - haproxy 4242 - - ");
+}
+
+/// HAProxy's example of `option httplog` with captures (configuration.txt §8.2.3): the request
+/// and response blocks between the queues and the request line, as halog's `-hdr` reads them.
+#[test]
+fn httplog_with_capture_blocks() {
+    let f = facts(Some("10.0.1.2:33317"));
+    let captured = crate::policy::Captured {
+        request: vec![Some("1wt.eu".to_owned()), None],
+        response: vec![Some("text/html".to_owned())],
+    };
+    let mut rec = http(&f, "GET /index.html HTTP/1.1");
+    rec.captured = Some(&captured);
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &utc());
+    assert!(l.ends_with(" 1/1/1/1/0 0/0 {1wt.eu|} {text/html} \"GET /index.html HTTP/1.1\"\n"), "{l}");
+    // A value cannot break the line or the block apart (# escaping, as HAProxy's).
+    let hostile = crate::policy::Captured { request: vec![Some("a\"b\nc".to_owned())], response: vec![] };
+    rec.captured = Some(&hostile);
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Iso), &utc());
+    assert!(l.contains(" {a#22b#0Ac} \"GET"), "{l}");
+}
+
+#[test]
+fn custom_text_and_json_formats() {
+    let f = facts(Some("10.0.1.2:33317"));
+    let captured = crate::policy::Captured { request: vec![Some("abc-123".to_owned())], response: vec![] };
+    let mut rec = http(&f, "GET /a/b?x=1 HTTP/1.1");
+    rec.captured = Some(&captured);
+    rec.unique_id = Some("id-1");
+    let text = lb_config::AccessLogFormat::Text(
+        lb_config::Template::parse("%ci:%cp %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %tsc %hr %ID %HM %HP %HQ %{+Q}r").expect("template"),
+    );
+    rec.format = Some(&text);
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Raw), &utc());
+    assert_eq!(
+        l,
+        "10.0.1.2:33317 http-in static/srv1 10/0/30/69/109 200 2750 ---- {abc-123} id-1 GET /a/b ?x=1 \"GET /a/b?x=1 HTTP/1.1\"\n"
+    );
+    let json = lb_config::AccessLogFormat::Json(vec![
+        ("client".to_owned(), lb_config::Template::parse("%ci").expect("t")),
+        ("status".to_owned(), lb_config::Template::parse("%ST").expect("t")),
+        ("connect_ms".to_owned(), lb_config::Template::parse("%Tc").expect("t")),
+        ("request_id".to_owned(), lb_config::Template::parse("%ID").expect("t")),
+        ("xid".to_owned(), lb_config::Template::parse("%hr").expect("t")),
+    ]);
+    rec.format = Some(&json);
+    rec.tc = -1;
+    let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Raw), &utc());
+    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON");
+    assert_eq!(v, serde_json::json!({"client": "10.0.1.2", "status": 200, "connect_ms": null, "request_id": "id-1", "xid": "{abc-123}"}));
 }

@@ -37,7 +37,13 @@ impl FuzzRuntime {
         let log = lb_config::Log { target: LogTarget::None, ..config.global.log.clone() };
         let backends = Backends::new(config);
         let max = config.global.max_connections;
-        let frontends = config.frontends.iter().map(|fe| Arc::new(FrontendState::new(fe, &backends, max))).collect();
+        let patterns = Arc::new(crate::policy::Patterns::new(&config.policy));
+        let frontends = config
+            .frontends
+            .iter()
+            .map(|fe| FrontendState::new(fe, &backends, max, &config.policy, &patterns).map(Arc::new))
+            .collect::<Result<_, _>>()
+            .map_err(std::io::Error::other)?;
         let (handle, shutdown) = lb_supervisor::shutdown_channel();
         let proxy = Arc::new(Proxy {
             backends,
@@ -48,6 +54,7 @@ impl FuzzRuntime {
             limit: Limit::new(max),
             hard_max_connections: max,
             conn_rate_limit: AtomicU64::new(0),
+            patterns,
             counters: Counters::default(),
             frontends,
             tables: crate::tables::Tables::new(&config.tables),

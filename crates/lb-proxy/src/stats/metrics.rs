@@ -359,6 +359,17 @@ fn frontends(out: &mut String, proxy: &Proxy) {
     each(out, "haproxy_frontend_request_errors_total", "counter", "Requests that could not be parsed.", &items, |i| {
         i.totals.request_errors
     });
+    each(out, "haproxy_frontend_requests_denied_total", "counter", "Requests denied by a rule.", &items, |i| {
+        i.totals.denied_requests
+    });
+    each(
+        out,
+        "haproxy_frontend_intercepted_requests_total",
+        "counter",
+        "Requests answered by a return or redirect rule.",
+        &items,
+        |i| i.totals.intercepted,
+    );
     each(out, "haproxy_frontend_http_requests_total", "counter", "HTTP requests.", &items, |i| i.totals.requests);
     each(out, "haproxy_frontend_http_requests_rate_max", "gauge", "Most HTTP requests in one second.", &items, |i| {
         i.counters.request_rate.max()

@@ -1,0 +1,238 @@
+//! The edge policy of each frontend, compiled once per configuration from lb-config's typed
+//! model and read by every request: routing rules (HAProxy's `use_backend`), `http_request`
+//! actions before routing, `http_response` actions on each response, the request ID. `http`
+//! calls it; the runtime API changes its lists and maps (`patterns`).
+//!
+//! Layout: `cond` compiles and evaluates conditions; `patterns` holds the live lists and maps;
+//! `template` renders templates; `actions` runs the rules' actions.
+
+mod actions;
+mod cond;
+mod patterns;
+mod template;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use http::{HeaderMap, Method, Uri};
+use lb_config::{Condition, Fetch, Frontend, Guard, Policy, ResponseAction, RouteTarget, UniqueId};
+
+pub(crate) use actions::{Captured, Final};
+pub(crate) use patterns::{ListCell, MapCell, Patterns};
+pub(crate) use template::{render, RequestVars, Vars};
+
+use crate::backend::{BackendState, Backends};
+use crate::facts::ConnFacts;
+use cond::{compile, CompileError, Cond};
+
+/// What a condition reads: the request (absent when a response rule runs without it), the
+/// connection, the frontend, and at response time the response.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Subject<'a> {
+    pub(crate) req: Option<RequestView<'a>>,
+    pub(crate) facts: &'a ConnFacts,
+    pub(crate) frontend: &'a str,
+    pub(crate) response: Option<(u16, &'a HeaderMap)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestView<'a> {
+    pub(crate) method: &'a Method,
+    pub(crate) uri: &'a Uri,
+    pub(crate) headers: &'a HeaderMap,
+}
+
+impl<'a> RequestView<'a> {
+    pub(crate) fn of(parts: &'a http::request::Parts) -> RequestView<'a> {
+        RequestView { method: &parts.method, uri: &parts.uri, headers: &parts.headers }
+    }
+
+    /// The Host header, else the URI's authority (HTTP/2, absolute-form), without its port.
+    pub(crate) fn host(&self) -> Option<&'a str> {
+        let host = self.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(self.uri.host())?;
+        Some(strip_port(host))
+    }
+}
+
+pub(crate) fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+/// A rule's condition, with `unless` folded in.
+#[derive(Debug)]
+struct When {
+    cond: Cond,
+    negate: bool,
+}
+
+impl When {
+    fn holds(&self, s: &Subject<'_>) -> bool {
+        self.cond.holds(s) != self.negate
+    }
+}
+
+/// A routing rule.
+#[derive(Debug)]
+struct Route {
+    path_prefix: Option<String>,
+    host: Option<String>,
+    when: Option<When>,
+    target: Target,
+    hits: AtomicU64,
+}
+
+#[derive(Debug)]
+enum Target {
+    Backend(Arc<BackendState>),
+    Map { cell: Arc<MapCell>, key: Fetch, default: Option<Arc<BackendState>> },
+}
+
+/// One frontend's compiled policy.
+#[derive(Debug)]
+pub(crate) struct FrontendPolicy {
+    routes: Vec<Route>,
+    default_backend: Option<Arc<BackendState>>,
+    /// Every backend by name, for map targets (whose values name backends).
+    by_name: HashMap<String, Arc<BackendState>>,
+    request: Vec<actions::RequestRule>,
+    response: Vec<actions::ResponseRule>,
+    pub(crate) unique_id: Option<UniqueId>,
+    /// Capture slots of the log's request and response blocks.
+    pub(crate) request_captures: usize,
+    pub(crate) response_captures: usize,
+    /// Some response rule reads the request: the exchange keeps a copy of its head.
+    pub(crate) response_reads_request: bool,
+}
+
+fn when(g: Option<&Guard>, policy: &Policy, patterns: &Patterns) -> Result<Option<When>, CompileError> {
+    g.map(|g| Ok(When { cond: compile(&g.condition, &policy.conditions, patterns, 0)?, negate: g.negate })).transpose()
+}
+
+fn reads_request(c: &Condition, policy: &Policy, depth: usize) -> bool {
+    match c {
+        Condition::All(cs) | Condition::Any(cs) => cs.iter().any(|c| reads_request(c, policy, depth)),
+        Condition::Not(c) => reads_request(c, policy, depth),
+        Condition::Named(n) => {
+            depth < 64 && policy.conditions.get(n).is_some_and(|c| reads_request(c, policy, depth + 1))
+        }
+        Condition::Test(t) => !t.fetch.is_response(),
+    }
+}
+
+impl FrontendPolicy {
+    /// Compiles `fe`'s rules against the configuration's named conditions and the live lists.
+    /// Validation has checked every reference; what still fails (a configuration built by
+    /// hand) is named in the error.
+    pub(crate) fn new(
+        fe: &Frontend,
+        policy: &Policy,
+        patterns: &Patterns,
+        backends: &Backends,
+    ) -> Result<Self, String> {
+        let err = |what: String| move |e: CompileError| format!("frontend {}: {what}: {}", fe.name, e.0);
+        let by_name: HashMap<String, Arc<BackendState>> =
+            backends.iter().map(|b| (b.name().to_owned(), b.clone())).collect();
+        let backend =
+            |name: &str| by_name.get(name).cloned().ok_or_else(|| format!("frontend {}: no backend `{name}`", fe.name));
+        let mut routes = Vec::with_capacity(fe.rules.len());
+        for (i, rule) in fe.rules.iter().enumerate() {
+            let target = match &rule.backend {
+                RouteTarget::Backend(name) => Target::Backend(backend(name)?),
+                RouteTarget::Map { map, key, default } => Target::Map {
+                    cell: patterns.map(map).cloned().ok_or_else(|| format!("frontend {}: no map `{map}`", fe.name))?,
+                    key: key.clone(),
+                    default: default.as_deref().map(backend).transpose()?,
+                },
+            };
+            routes.push(Route {
+                path_prefix: rule.path_prefix.clone(),
+                host: rule.host.clone(),
+                when: when(rule.guard.as_ref(), policy, patterns).map_err(err(format!("rules[{i}]")))?,
+                target,
+                hits: AtomicU64::new(0),
+            });
+        }
+        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns)
+            .map_err(|(i, e)| err(format!("http_request[{i}]"))(e))?;
+        let (response, response_captures) = actions::compile_response(&fe.http_response, policy, patterns)
+            .map_err(|(i, e)| err(format!("http_response[{i}]"))(e))?;
+        let response_reads_request = fe.http_response.iter().any(|r| {
+            r.guard.as_ref().is_some_and(|g| reads_request(&g.condition, policy, 0))
+                || matches!(&r.action, ResponseAction::SetHeader(h) | ResponseAction::AddHeader(h)
+                    if h.value.vars().any(|v| !matches!(v, lb_config::Var::Status | lb_config::Var::Fetch(Fetch::ResponseHeader(_)))))
+        });
+        Ok(FrontendPolicy {
+            routes,
+            default_backend: fe.default_backend.as_deref().map(backend).transpose()?,
+            by_name,
+            request,
+            response,
+            unique_id: fe.unique_id.clone(),
+            request_captures,
+            response_captures,
+            response_reads_request,
+        })
+    }
+
+    /// The backend for a request: the first routing rule that holds, else the default backend.
+    pub(crate) fn route(&self, s: &Subject<'_>) -> Option<&Arc<BackendState>> {
+        let host = s.req.and_then(|r| r.host());
+        let path = s.req.map_or("", |r| r.uri.path());
+        for route in &self.routes {
+            let holds = route.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
+                && route.host.as_deref().is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
+                && route.when.as_ref().is_none_or(|w| w.holds(s));
+            if !holds {
+                continue;
+            }
+            let chosen = match &route.target {
+                Target::Backend(b) => Some(b),
+                // A key that is not in the map (or names no backend) takes the rule's default;
+                // without one, the next rule.
+                Target::Map { cell, key, default } => {
+                    let named = s.value(key).and_then(|k| cell.lookup(&k)).and_then(|name| self.by_name.get(&name));
+                    named.or(default.as_ref())
+                }
+            };
+            if let Some(backend) = chosen {
+                route.hits.fetch_add(1, Ordering::Relaxed);
+                return Some(backend);
+            }
+        }
+        self.default_backend.as_ref()
+    }
+
+    /// The backend of a TCP-mode frontend.
+    pub(crate) fn default_backend(&self) -> Option<&Arc<BackendState>> {
+        self.default_backend.as_ref()
+    }
+
+    /// Whether the exchange needs a capture block.
+    pub(crate) fn captures(&self) -> bool {
+        self.request_captures + self.response_captures > 0
+    }
+
+    /// Every rule with its hits: (`rules` / `http_request` / `http_response`, index, action,
+    /// hits), for `show rules` and `/metrics`.
+    pub(crate) fn hits(&self) -> Vec<(&'static str, usize, &'static str, u64)> {
+        let routes =
+            self.routes.iter().enumerate().map(|(i, r)| ("rules", i, "use_backend", r.hits.load(Ordering::Relaxed)));
+        let request = self.request.iter().enumerate().map(|(i, r)| ("http_request", i, r.name(), r.hits()));
+        let response = self.response.iter().enumerate().map(|(i, r)| ("http_response", i, r.name(), r.hits()));
+        routes.chain(request).chain(response).collect()
+    }
+
+    pub(crate) fn has_request_rules(&self) -> bool {
+        !self.request.is_empty() || self.unique_id.is_some()
+    }
+
+    pub(crate) fn has_response_rules(&self) -> bool {
+        !self.response.is_empty()
+    }
+}

@@ -1,0 +1,268 @@
+//! Conditions compiled once per configuration: named conditions inlined, regular expressions
+//! built, inline lists made sets, list names resolved to their live cells. Evaluating one reads
+//! the request (and response) in place: no allocation unless a case-insensitive comparison
+//! meets upper-case text, or a number is tested as text.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use lb_config::{Compare, Condition, Fetch, ListKind, Matcher, Pattern, Test};
+
+use super::patterns::{ListCell, NetSet, Patterns};
+use super::Subject;
+
+/// A compiled condition.
+#[derive(Debug)]
+pub(crate) enum Cond {
+    All(Box<[Cond]>),
+    Any(Box<[Cond]>),
+    Not(Box<Cond>),
+    Test(Box<CTest>),
+}
+
+#[derive(Debug)]
+pub(crate) struct CTest {
+    fetch: Fetch,
+    matcher: CMatch,
+    ignore_case: bool,
+}
+
+#[derive(Debug)]
+enum CMatch {
+    Equals(String),
+    Prefix(String),
+    Suffix(String),
+    Contains(String),
+    Regex(regex::Regex),
+    Exists(bool),
+    Words(HashSet<String>),
+    Nets(NetSet),
+    /// A named list: text (string or prefix) or addresses.
+    List(Arc<ListCell>),
+    Count(Compare),
+    Int(Compare),
+}
+
+/// Why a condition could not be compiled; validation rules these out, so this only guards
+/// against a configuration built by hand.
+#[derive(Debug)]
+pub(crate) struct CompileError(pub(crate) String);
+
+pub(crate) fn compile(
+    c: &Condition,
+    named: &BTreeMap<String, Condition>,
+    patterns: &Patterns,
+    depth: usize,
+) -> Result<Cond, CompileError> {
+    if depth > 64 {
+        return Err(CompileError("conditions nested too deep (a loop through names?)".into()));
+    }
+    let all =
+        |cs: &[Condition]| cs.iter().map(|c| compile(c, named, patterns, depth + 1)).collect::<Result<Box<[_]>, _>>();
+    Ok(match c {
+        Condition::All(cs) => Cond::All(all(cs)?),
+        Condition::Any(cs) => Cond::Any(all(cs)?),
+        Condition::Not(c) => Cond::Not(Box::new(compile(c, named, patterns, depth + 1)?)),
+        Condition::Named(n) => {
+            let c = named.get(n).ok_or_else(|| CompileError(format!("no condition named `{n}`")))?;
+            compile(c, named, patterns, depth + 1)?
+        }
+        Condition::Test(t) => Cond::Test(Box::new(test(t, patterns)?)),
+    })
+}
+
+fn fold(text: &str, ignore_case: bool) -> String {
+    if ignore_case {
+        text.to_ascii_lowercase()
+    } else {
+        text.to_owned()
+    }
+}
+
+fn test(t: &Test, patterns: &Patterns) -> Result<CTest, CompileError> {
+    let ic = t.ignore_case;
+    let matcher = match &t.matcher {
+        Matcher::Equals(v) => CMatch::Equals(v.clone()),
+        Matcher::Prefix(v) => CMatch::Prefix(v.clone()),
+        Matcher::Suffix(v) => CMatch::Suffix(v.clone()),
+        Matcher::Contains(v) => CMatch::Contains(fold(v, ic)),
+        Matcher::Regex(source) => CMatch::Regex(
+            regex::RegexBuilder::new(source)
+                .case_insensitive(ic)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|e| CompileError(e.to_string()))?,
+        ),
+        Matcher::Exists(b) => CMatch::Exists(*b),
+        Matcher::In(patterns) if t.fetch == Fetch::Src => {
+            CMatch::Nets(NetSet::new(patterns.iter().filter_map(|p| match p {
+                Pattern::Net(n) => Some(n),
+                Pattern::Text(_) => None,
+            })))
+        }
+        Matcher::In(patterns) => CMatch::Words(
+            patterns
+                .iter()
+                .map(|p| match p {
+                    Pattern::Text(t) => fold(t, ic),
+                    Pattern::Net(n) => n.to_string(),
+                })
+                .collect(),
+        ),
+        Matcher::List(name) => {
+            let cell = patterns.list(name).ok_or_else(|| CompileError(format!("no list named `{name}`")))?;
+            CMatch::List(cell.clone())
+        }
+        Matcher::Count(c) => CMatch::Count(*c),
+        Matcher::Int(c) => CMatch::Int(*c),
+    };
+    Ok(CTest { fetch: t.fetch.clone(), matcher, ignore_case: ic })
+}
+
+impl Cond {
+    pub(crate) fn holds(&self, s: &Subject<'_>) -> bool {
+        match self {
+            Cond::All(cs) => cs.iter().all(|c| c.holds(s)),
+            Cond::Any(cs) => cs.iter().any(|c| c.holds(s)),
+            Cond::Not(c) => !c.holds(s),
+            Cond::Test(t) => t.holds(s),
+        }
+    }
+}
+
+fn starts_with(value: &str, p: &str, ic: bool) -> bool {
+    value.len() >= p.len()
+        && if ic { value.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes()) } else { value.starts_with(p) }
+}
+
+fn ends_with(value: &str, p: &str, ic: bool) -> bool {
+    let (v, p) = (value.as_bytes(), p.as_bytes());
+    v.len() >= p.len() && if ic { v[v.len() - p.len()..].eq_ignore_ascii_case(p) } else { v.ends_with(p) }
+}
+
+fn contains(value: &str, p: &str, ic: bool) -> bool {
+    if !ic {
+        return value.contains(p);
+    }
+    let (v, p) = (value.as_bytes(), p.as_bytes());
+    p.is_empty() || v.windows(p.len()).any(|w| w.eq_ignore_ascii_case(p))
+}
+
+fn compare(c: &Compare, left: i64) -> bool {
+    c.op.holds(left, c.value)
+}
+
+impl CTest {
+    fn holds(&self, s: &Subject<'_>) -> bool {
+        let ic = self.ignore_case;
+        // Addresses are tested as addresses, not as text.
+        if self.fetch == Fetch::Src {
+            let ip = s.facts.client.map(|c| c.ip());
+            return match (&self.matcher, ip) {
+                (CMatch::Exists(want), ip) => ip.is_some() == *want,
+                (CMatch::Nets(set), Some(ip)) => set.contains(ip),
+                (CMatch::List(cell), Some(ip)) if cell.kind == ListKind::Ip => cell.contains_addr(ip),
+                _ => false,
+            };
+        }
+        match &self.matcher {
+            CMatch::Exists(want) => (s.count(&self.fetch) > 0) == *want,
+            CMatch::Count(c) => compare(c, s.count(&self.fetch) as i64),
+            m => s.any_value(&self.fetch, |v| match m {
+                CMatch::Equals(p) => {
+                    if ic {
+                        v.eq_ignore_ascii_case(p)
+                    } else {
+                        v == p
+                    }
+                }
+                CMatch::Prefix(p) => starts_with(v, p, ic),
+                CMatch::Suffix(p) => ends_with(v, p, ic),
+                CMatch::Contains(p) => contains(v, p, ic),
+                CMatch::Regex(r) => r.is_match(v),
+                CMatch::Words(set) => {
+                    if ic && v.bytes().any(|b| b.is_ascii_uppercase()) {
+                        set.contains(&v.to_ascii_lowercase())
+                    } else {
+                        set.contains(v)
+                    }
+                }
+                CMatch::List(cell) => cell.contains_text(v),
+                CMatch::Int(c) => v.trim().parse::<i64>().is_ok_and(|n| compare(c, n)),
+                CMatch::Nets(_) | CMatch::Exists(_) | CMatch::Count(_) => false,
+            }),
+        }
+    }
+}
+
+impl Subject<'_> {
+    /// Calls `test` on each value of `fetch` until one passes.
+    pub(crate) fn any_value(&self, fetch: &Fetch, mut test: impl FnMut(&str) -> bool) -> bool {
+        match fetch {
+            Fetch::Header(name) => self
+                .req
+                .is_some_and(|r| r.headers.get_all(name.as_str()).iter().any(|v| v.to_str().is_ok_and(&mut test))),
+            Fetch::ResponseHeader(name) => self
+                .response
+                .is_some_and(|(_, h)| h.get_all(name.as_str()).iter().any(|v| v.to_str().is_ok_and(&mut test))),
+            Fetch::Query(name) => self.query_values(name).any(|v| test(v)),
+            Fetch::Cookie(name) => self.cookie_values(name).any(|v| test(v)),
+            single => self.value(single).is_some_and(|v| test(&v)),
+        }
+    }
+
+    /// How many values `fetch` has (0 or 1 for single-valued fetches).
+    pub(crate) fn count(&self, fetch: &Fetch) -> usize {
+        match fetch {
+            Fetch::Header(name) => self.req.map_or(0, |r| r.headers.get_all(name.as_str()).iter().count()),
+            Fetch::ResponseHeader(name) => self.response.map_or(0, |(_, h)| h.get_all(name.as_str()).iter().count()),
+            Fetch::Query(name) => self.query_values(name).count(),
+            Fetch::Cookie(name) => self.cookie_values(name).count(),
+            single => usize::from(self.value(single).is_some()),
+        }
+    }
+
+    /// The value of a single-valued fetch, or the first value of a multi-valued one.
+    pub(crate) fn value<'s>(&'s self, fetch: &'s Fetch) -> Option<Cow<'s, str>> {
+        let req = self.req;
+        match fetch {
+            Fetch::Method => req.map(|r| Cow::Borrowed(r.method.as_str())),
+            Fetch::Path => req.map(|r| Cow::Borrowed(r.uri.path())),
+            Fetch::Uri => req.map(|r| Cow::Borrowed(r.uri.path_and_query().map_or("/", |pq| pq.as_str()))),
+            Fetch::Host => req.and_then(|r| r.host()).map(Cow::Borrowed),
+            Fetch::Src => self.facts.client.map(|c| Cow::Owned(c.ip().to_string())),
+            Fetch::SrcPort => self.facts.client.map(|c| Cow::Owned(c.port().to_string())),
+            Fetch::Frontend => Some(Cow::Borrowed(self.frontend)),
+            Fetch::Sni => self.facts.authority.as_deref().map(Cow::Borrowed),
+            Fetch::Alpn => self.facts.alpn.as_deref().map(Cow::Borrowed),
+            Fetch::TlsVersion => self.facts.tls.as_ref().and_then(|t| t.version.as_deref()).map(Cow::Borrowed),
+            Fetch::TlsCipher => self.facts.tls.as_ref().and_then(|t| t.cipher.as_deref()).map(Cow::Borrowed),
+            Fetch::Status => self.response.map(|(status, _)| Cow::Owned(status.to_string())),
+            Fetch::Header(name) => {
+                req.and_then(|r| r.headers.get(name.as_str())).and_then(|v| v.to_str().ok()).map(Cow::Borrowed)
+            }
+            Fetch::ResponseHeader(name) => {
+                self.response.and_then(|(_, h)| h.get(name.as_str())).and_then(|v| v.to_str().ok()).map(Cow::Borrowed)
+            }
+            Fetch::Query(name) => self.query_values(name).next().map(Cow::Borrowed),
+            Fetch::Cookie(name) => self.cookie_values(name).next().map(Cow::Borrowed),
+        }
+    }
+
+    fn query_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
+        let query = self.req.and_then(|r| r.uri.query()).unwrap_or_default();
+        query.split('&').filter_map(move |pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name && !pair.is_empty()).then_some(v)
+        })
+    }
+
+    fn cookie_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
+        let headers = self.req.map(|r| r.headers.get_all(http::header::COOKIE).iter());
+        headers.into_iter().flatten().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(';')).filter_map(move |c| {
+            let (k, v) = c.trim().split_once('=')?;
+            (k == name).then_some(v)
+        })
+    }
+}

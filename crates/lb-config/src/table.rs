@@ -184,10 +184,13 @@ impl DataType {
     }
 }
 
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl DataType {
+    /// HAProxy's name: `http_req_rate`, `gpc0`.
+    pub fn name(self) -> &'static str {
         use DataType::*;
-        let name = match self {
+        const GPC: [&str; GENERAL_PURPOSE as usize] = ["gpc0", "gpc1", "gpc2", "gpc3", "gpc4", "gpc5", "gpc6", "gpc7"];
+        const GPT: [&str; GENERAL_PURPOSE as usize] = ["gpt0", "gpt1", "gpt2", "gpt3", "gpt4", "gpt5", "gpt6", "gpt7"];
+        match self {
             ConnCnt => "conn_cnt",
             ConnCur => "conn_cur",
             ConnRate => "conn_rate",
@@ -202,11 +205,47 @@ impl fmt::Display for DataType {
             BytesInRate => "bytes_in_rate",
             BytesOutCnt => "bytes_out_cnt",
             BytesOutRate => "bytes_out_rate",
-            Gpc(n) => return write!(f, "gpc{n}"),
-            Gpt(n) => return write!(f, "gpt{n}"),
-        };
-        f.write_str(name)
+            Gpc(n) => GPC[usize::from(n.min(GENERAL_PURPOSE - 1))],
+            Gpt(n) => GPT[usize::from(n.min(GENERAL_PURPOSE - 1))],
+        }
     }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How many keys a request tracks at once (HAProxy's `sc0`, `sc1`, `sc2`).
+pub const SLOTS: u8 = 3;
+
+/// `track: { table, key, slot }` (HAProxy's `http-request track-sc0 KEY table TABLE`): the
+/// request counts in `table` under the value of `key`, and conditions read that entry as
+/// `sc<slot>`. A slot already tracked is left as it is (the first track wins, as in HAProxy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Track {
+    pub slot: u8,
+    pub table: String,
+    pub key: crate::policy::Fetch,
+}
+
+/// `tarpit: { delay, status, … }`: hold the request for `delay`, then answer `reply` (HAProxy's
+/// `http-request tarpit` with `timeout tarpit`; its default status, 500).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tarpit {
+    pub delay: Duration,
+    pub reply: crate::policy::Reply,
+}
+
+/// `set_gpt: { slot, index, value }` and `inc_gpc: { slot, index }` (HAProxy's
+/// `sc-set-gpt0(0) 1`, `sc-inc-gpc0(0)`): on the entry tracked in `slot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    pub slot: u8,
+    pub index: u8,
+    /// The tag's value (`set_gpt`); 1 for `inc_gpc`.
+    pub value: u32,
 }
 
 /// nginx's `limit_req` for each entry: requests flow at `rate` per `per`; up to `burst` more

@@ -57,6 +57,7 @@ pub(crate) fn validate(
         .map(|(i, f)| frontend::frontend(&mut ctx, &item("frontends", i), f, &defaults, &names, &policy))
         .collect();
     links::check(&mut ctx, &frontends, &backends, &policy);
+    tables::check_references(&mut ctx, frontends.iter().map(|c| &c.frontend), &tables);
     if let Some(stats) = &global.stats {
         links::stats_not_bound(&mut ctx, stats.address, &frontends);
     }

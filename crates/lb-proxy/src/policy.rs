@@ -36,6 +36,8 @@ pub(crate) struct Subject<'a> {
     pub(crate) facts: &'a ConnFacts,
     pub(crate) frontend: &'a str,
     pub(crate) response: Option<(u16, &'a HeaderMap)>,
+    /// The request's tracked table entries (`sc0`–`sc2`), when it tracks any.
+    pub(crate) tracked: Option<&'a crate::tables::Tracked>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -134,6 +136,7 @@ impl FrontendPolicy {
         policy: &Policy,
         patterns: &Patterns,
         backends: &Backends,
+        tables: &crate::tables::Tables,
     ) -> Result<Self, String> {
         let err = |what: String| move |e: CompileError| format!("frontend {}: {what}: {}", fe.name, e.0);
         let by_name: HashMap<String, Arc<BackendState>> =
@@ -158,7 +161,7 @@ impl FrontendPolicy {
                 hits: AtomicU64::new(0),
             });
         }
-        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns)
+        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns, tables)
             .map_err(|(i, e)| err(format!("http_request[{i}]"))(e))?;
         let (response, response_captures) = actions::compile_response(&fe.http_response, policy, patterns)
             .map_err(|(i, e)| err(format!("http_response[{i}]"))(e))?;

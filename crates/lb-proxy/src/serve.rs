@@ -113,11 +113,13 @@ pub async fn start_supervised(
     let logger = Logger::new(&config.global.log).map_err(|source| Error::Log { source })?;
     let backends = Backends::new(&config);
     let patterns = Arc::new(Patterns::new(&config.policy));
+    let tables = Tables::new(&config.tables);
     let mut accepts = Vec::new();
     let mut frontends = Vec::new();
     for fe in &config.frontends {
-        let state = FrontendState::new(fe, &backends, config.global.max_connections, &config.policy, &patterns)
-            .map_err(Error::Policy)?;
+        let state =
+            FrontendState::new(fe, &backends, config.global.max_connections, &config.policy, &patterns, &tables)
+                .map_err(Error::Policy)?;
         let state = Arc::new(state);
         frontends.push(state.clone());
         for bind in &fe.binds {
@@ -156,7 +158,7 @@ pub async fn start_supervised(
         conn_rate_limit: AtomicU64::new(0),
         counters: Counters::default(),
         frontends,
-        tables: Tables::new(&config.tables),
+        tables,
         patterns,
         threads: config
             .global

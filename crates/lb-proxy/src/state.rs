@@ -103,10 +103,11 @@ impl FrontendState {
         global_max: usize,
         policy: &lb_config::Policy,
         patterns: &Patterns,
+        tables: &Tables,
     ) -> Result<Self, String> {
         Ok(FrontendState {
             config: config.clone(),
-            policy: FrontendPolicy::new(config, policy, patterns, backends)?,
+            policy: FrontendPolicy::new(config, policy, patterns, backends, tables)?,
             feconn: AtomicUsize::new(0),
             limit: Limit::new(config.max_connections.unwrap_or(global_max)),
             paused: tokio::sync::watch::Sender::new(false),

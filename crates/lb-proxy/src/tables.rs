@@ -18,6 +18,8 @@
 //! - `key`: keys, from requests and from runtime commands.
 //! - `row`: an entry's cells: counts, rates (HAProxy's `freq_ctr`), the token bucket.
 //! - `shard`: the bounded map with its recency chain.
+//! - `show`: `show table`, `clear table`, `set table`.
+//! - `track`: what a connection or a request holds, and a request's slots (`sc0`–`sc2`).
 
 mod key;
 mod row;
@@ -25,17 +27,19 @@ mod shard;
 mod show;
 #[cfg(test)]
 mod tests;
+mod track;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use lb_config::{DataType, Table as TableConfig};
+use lb_config::Table as TableConfig;
 
 pub(crate) use key::Key;
 pub(crate) use row::{Layout, Now, Row, Verdict};
 use shard::{Found, Shard};
 pub(crate) use show::command;
+pub(crate) use track::{Held, TrackOutcome, Tracked};
 
 /// Most shards a table is split in; one per 4096 entries of its size below that.
 const MAX_SHARDS: usize = 64;
@@ -285,94 +289,5 @@ impl Table {
         let cleared =
             self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).clear(width, &hash_of)).sum();
         self.removed(cleared)
-    }
-}
-
-/// A key held by a connection or a request: its current values and use count go down when
-/// this is dropped.
-#[derive(Debug)]
-pub(crate) struct Held {
-    table: Arc<Table>,
-    key: Key,
-    /// The current value this holder raised (`conn_cur` or `http_req_cur`).
-    current: DataType,
-}
-
-impl Held {
-    /// Tracks a new connection from `key`: `conn_cnt`, `conn_rate`, `conn_cur` go up.
-    pub(crate) fn connection(table: &Arc<Table>, key: Key, now: Now) -> Option<Held> {
-        Held::start(table, key, now, [DataType::ConnCnt, DataType::ConnRate, DataType::ConnCur], DataType::ConnCur)
-    }
-
-    /// Tracks a new request from `key`: `http_req_cnt`, `http_req_rate`, `http_req_cur` go up.
-    pub(crate) fn request(table: &Arc<Table>, key: Key, now: Now) -> Option<Held> {
-        let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
-        Held::start(table, key, now, counted, DataType::HttpReqCur)
-    }
-
-    fn start(table: &Arc<Table>, key: Key, now: Now, counted: [DataType; 3], current: DataType) -> Option<Held> {
-        table.update(&key, now, |row, refs| {
-            for data in counted {
-                row.add(data, 1);
-            }
-            *refs += 1;
-        })?;
-        Some(Held { table: table.clone(), key, current })
-    }
-
-    pub(crate) fn table(&self) -> &Arc<Table> {
-        &self.table
-    }
-
-    pub(crate) fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// Runs `f` on the held entry (it is there: an entry in use is never removed, except by
-    /// `clear table`, after which this makes it again).
-    pub(crate) fn update<R>(&self, now: Now, f: impl FnOnce(&mut Row<'_>) -> R) -> Option<R> {
-        self.table.update(&self.key, now, |row, _| f(row))
-    }
-
-    /// A request's answer: its status class and bytes counted.
-    pub(crate) fn answered(&self, now: Now, status: u16, bytes_in: u64, bytes_out: u64) {
-        self.update(now, |row| count_answer(row, status, bytes_in, bytes_out));
-    }
-}
-
-/// What an answer adds to an entry: a 4xx to `http_err_*`, a 5xx to `http_fail_*`, bytes.
-pub(crate) fn count_answer(row: &mut Row<'_>, status: u16, bytes_in: u64, bytes_out: u64) {
-    match status {
-        400..=499 => {
-            row.add(DataType::HttpErrCnt, 1);
-            row.add(DataType::HttpErrRate, 1);
-        }
-        500..=599 => {
-            row.add(DataType::HttpFailCnt, 1);
-            row.add(DataType::HttpFailRate, 1);
-        }
-        _ => {}
-    }
-    for (n, cnt, rate) in [
-        (bytes_in, DataType::BytesInCnt, DataType::BytesInRate),
-        (bytes_out, DataType::BytesOutCnt, DataType::BytesOutRate),
-    ] {
-        if n > 0 {
-            row.add(cnt, n);
-            row.add(rate, n);
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let current = self.current;
-        let hash = self.table.hash(&self.key);
-        let mut shard = self.table.shard(hash);
-        if let Some(slot) = shard.find(hash, &self.key) {
-            let (meta, cells) = shard.entry_mut(slot, self.table.layout.width);
-            meta.refs = meta.refs.saturating_sub(1);
-            Row { layout: &self.table.layout, cells, now: Now(0) }.sub(current);
-        }
     }
 }

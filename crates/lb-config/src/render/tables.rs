@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_yaml::Value;
 
 use crate::raw::{RawLimitReq, RawPrefix, RawTable};
-use crate::table::{KeyType, Table};
+use crate::table::{KeyType, Mark, Table, Tarpit, Track};
 use crate::units::format_duration;
 
 pub(super) fn tables(tables: &[Table]) -> Option<BTreeMap<String, RawTable>> {
@@ -47,4 +47,32 @@ fn table(t: &Table) -> RawTable {
         }),
         global: Some(t.global),
     }
+}
+
+pub(super) fn track(t: &Track) -> Value {
+    let mut out = serde_yaml::Mapping::new();
+    out.insert("table".into(), t.table.clone().into());
+    out.insert("key".into(), super::policy::fetch(&t.key));
+    out.insert("slot".into(), u64::from(t.slot).into());
+    Value::Mapping(out)
+}
+
+pub(super) fn tarpit(t: &Tarpit) -> Value {
+    let mut out = match super::policy::reply(&t.reply) {
+        Value::Mapping(m) => m,
+        _ => serde_yaml::Mapping::new(),
+    };
+    out.insert("delay".into(), format_duration(t.delay).into());
+    Value::Mapping(out)
+}
+
+/// `set_gpt` (with its value) or `inc_gpc`.
+pub(super) fn mark(m: &Mark, with_value: bool) -> Value {
+    let mut out = serde_yaml::Mapping::new();
+    out.insert("slot".into(), u64::from(m.slot).into());
+    out.insert("index".into(), u64::from(m.index).into());
+    if with_value {
+        out.insert("value".into(), u64::from(m.value).into());
+    }
+    Value::Mapping(out)
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::{error, errors, parse_ok, MINIMAL};
+use crate::policy::{Condition, Fetch, Guard, RequestAction};
 use crate::*;
 
 const TABLES: &str = "\
@@ -94,4 +95,78 @@ fn a_table_needs_size_expire_and_something_to_store() {
     assert!(e.contains("tables.t.prefix: only an `ip` table"), "{e}");
     let e = error(&format!("tables:\n  t: {{ size: 1, expire: 1s, store: [gpc0], colour: red }}\n{MINIMAL}"));
     assert!(e.contains("unknown field `colour`"), "{e}");
+}
+
+const RULES: &str = "\
+tables:
+  per_ip: { size: 1m, expire: 10m, store: [http_req_rate(10s), conn_cur, gpc0, gpt0] }
+  api_keys: { type: string, size: 100k, expire: 1h, store: [http_req_cnt], limit_req: { rate: 10, burst: 5 } }
+frontends:
+  - name: web
+    bind: [127.0.0.1:8080]
+    default_backend: app
+    http_request:
+      - track: { table: per_ip }
+      - track: { table: api_keys, key: { header: X-Api-Key }, slot: 1 }
+      - deny: { status: 429 }
+        if: { sc0: { name: http_req_rate, gt: 100 } }
+      - tarpit: { delay: 5s, status: 429 }
+        if: { sc0: { name: gpt0, eq: 1 } }
+      - set_gpt: { slot: 0, index: 0, value: 1 }
+        if: { sc0: { name: http_req_rate, gt: 500 } }
+      - inc_gpc: { slot: 0 }
+    rules:
+      - backend: slow
+        if: { sc0: { name: http_req_rate, gt: 50 } }
+backends:
+  - name: app
+    servers: [{ name: a1, address: 10.0.0.1:80 }]
+  - name: slow
+    servers: [{ name: s1, address: 10.0.0.2:80 }]
+";
+
+#[test]
+fn track_tarpit_marks_and_counter_conditions_are_read_and_written_back() {
+    let config = parse_ok(RULES);
+    let rules = &config.frontends[0].http_request;
+    assert_eq!(
+        rules[0].action,
+        RequestAction::Track(Track { slot: 0, table: "per_ip".into(), key: Fetch::Src }),
+        "key src and slot 0 by default"
+    );
+    assert_eq!(
+        rules[1].action,
+        RequestAction::Track(Track { slot: 1, table: "api_keys".into(), key: Fetch::Header("x-api-key".into()) })
+    );
+    let Some(Guard { condition: Condition::Test(test), .. }) = &rules[2].guard else { panic!("{:?}", rules[2]) };
+    assert_eq!(test.fetch, Fetch::Sc { slot: 0, data: DataType::HttpReqRate });
+    let RequestAction::Tarpit(tarpit) = &rules[3].action else { panic!("{:?}", rules[3]) };
+    assert_eq!((tarpit.delay, tarpit.reply.status), (Duration::from_secs(5), 429));
+    assert_eq!(rules[4].action, RequestAction::SetGpt(Mark { slot: 0, index: 0, value: 1 }));
+    assert_eq!(rules[5].action, RequestAction::IncGpc(Mark { slot: 0, index: 0, value: 1 }));
+    let again = parse_ok(&config.to_yaml());
+    assert_eq!(again.frontends[0].http_request, config.frontends[0].http_request);
+    assert_eq!(again.frontends[0].rules, config.frontends[0].rules);
+}
+
+#[test]
+fn mistakes_in_limit_actions_are_located() {
+    let text = RULES
+        .replace("{ table: per_ip }", "{ table: per_pi }")
+        .replace("slot: 1 }", "slot: 3 }")
+        .replace("name: gpt0, eq: 1", "name: gpt9, eq: 1")
+        .replace("tarpit: { delay: 5s, status: 429 }", "tarpit: { status: 429 }")
+        .replace("inc_gpc: { slot: 0 }", "inc_gpc: { slot: 0, index: 8 }");
+    let all = errors(&text);
+    let expect = [
+        "proxy.yaml:9:25: frontends[0].http_request[0].track.table: no table named `per_pi` (api_keys, per_ip)",
+        "proxy.yaml:10:69: frontends[0].http_request[1].track.slot: must be between 0 and 2, got 3",
+        "proxy.yaml:13:17: frontends[0].http_request[3].tarpit: missing `delay`",
+        "proxy.yaml:14:28: frontends[0].http_request[3].if.sc0.name: `gpt9` is not a data type",
+        "proxy.yaml:17:36: frontends[0].http_request[5].inc_gpc.index: must be between 0 and 7, got 8",
+    ];
+    assert_eq!(all.len(), expect.len(), "{all:#?}");
+    for (got, want) in all.iter().zip(expect) {
+        assert!(got.starts_with(want), "{got}\n  expected to start with {want}");
+    }
 }

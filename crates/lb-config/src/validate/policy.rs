@@ -5,6 +5,7 @@
 
 mod actions;
 mod conditions;
+mod limits;
 
 use std::collections::{BTreeMap, BTreeSet};
 

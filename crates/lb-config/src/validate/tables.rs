@@ -173,3 +173,35 @@ fn bucket(ctx: &mut Checker<'_>, path: &str, raw: &RawLimitReq) -> Option<Bucket
     }
     Some(Bucket { rate, per, burst, nodelay, delay })
 }
+
+/// Every `track` names a table that exists, whose key type can take the fetched value.
+pub(super) fn check_references<'f>(
+    ctx: &mut Checker<'_>,
+    frontends: impl Iterator<Item = &'f crate::model::Frontend>,
+    tables: &[Table],
+) {
+    for (i, fe) in frontends.enumerate() {
+        for (j, rule) in fe.http_request.iter().enumerate() {
+            let crate::policy::RequestAction::Track(track) = &rule.action else { continue };
+            let field = child(&child(&item(&child(&item("frontends", i), "http_request"), j), "track"), "table");
+            let Some(table) = tables.iter().find(|t| t.name == track.table) else {
+                let known: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+                let known =
+                    if known.is_empty() { "none is defined under `tables`".to_owned() } else { known.join(", ") };
+                ctx.error(&field, format!("no table named `{}` ({known})", track.table));
+                continue;
+            };
+            if matches!(table.key, KeyType::Ip { .. }) && !matches!(track.key, crate::policy::Fetch::Src) {
+                // Any fetch may key an address table, but only an address (a header holding
+                // one, say) makes an entry: say so rather than count nothing silently.
+                if !matches!(track.key, crate::policy::Fetch::Header(_) | crate::policy::Fetch::Query(_)) {
+                    let key = child(&field[..field.len() - "table".len() - 1], "key");
+                    ctx.error(
+                        &key,
+                        format!("table `{}` is keyed by address: track `src` (or a header holding one)", table.name),
+                    );
+                }
+            }
+        }
+    }
+}

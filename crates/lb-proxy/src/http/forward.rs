@@ -22,6 +22,7 @@ use crate::connect::ConnectFailure;
 use crate::counters::{Sample, Transfer};
 use crate::log::HttpLog;
 use crate::policy::{render, Captured, Final, RequestVars, RequestView, Subject};
+use crate::tables::{Reason, Tracked};
 use lb_config::Reply;
 
 /// What the log line of one request needs, filled in as the request goes.
@@ -57,6 +58,8 @@ pub(crate) struct PolicyFacts {
     pub(crate) captured: Captured,
     pub(crate) unique_id: Option<String>,
     pub(crate) request: Option<(http::Method, Uri, http::HeaderMap)>,
+    /// The limit-table entries the request tracks (`track`), counted down when it ends.
+    pub(crate) tracked: Tracked,
 }
 
 impl Exchange {
@@ -70,6 +73,9 @@ impl Exchange {
         // Counted where the request is logged: its status, bytes and ending are known here.
         let now = Some(wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
         ctx.proxy.counters.request(now, self.status, bytes, self.termination);
+        if let Some(tracked) = self.policy.as_ref().map(|p| &p.tracked).filter(|t| !t.is_empty()) {
+            tracked.answered(u16::try_from(self.status).unwrap_or(0), bytes.from_client, bytes.to_client);
+        }
         ctx.fe.counters.request(now, self.status, bytes, self.termination);
         if self.request_line == "<BADREQ>" {
             ctx.fe.counters.request_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -203,11 +209,27 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     if policy.has_request_rules() {
         ex = match request_policy(ex, &mut parts) {
             Ok(ex) => ex,
-            Err(answer) => return Ok(answer),
+            Err((answer, hold)) => {
+                // A tarpit: the answer waits, the client with it.
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
+                return Ok(answer);
+            }
         };
+        // A `limit_req` bucket without `nodelay`: the request goes on at the table's rate.
+        if let Some(ms) = ex.policy.as_ref().map(|p| p.tracked.delay_ms).filter(|&ms| ms > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
     }
-    let subject =
-        Subject { req: Some(RequestView::of(&parts)), facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
+    let tracked = ex.policy.as_ref().map(|p| &p.tracked).filter(|t| !t.is_empty());
+    let subject = Subject {
+        req: Some(RequestView::of(&parts)),
+        facts: &ctx.facts,
+        frontend: ctx.fe.name(),
+        response: None,
+        tracked,
+    };
     let Some(backend) = policy.route(&subject).cloned() else {
         return Ok(error(ex, 503, *b"SC"));
     };
@@ -373,8 +395,12 @@ fn switch_protocols(
     Response::from_parts(parts, ResponseBody::empty())
 }
 
-/// Runs the `http_request` rules (and makes the request ID); `Err` is a rule's answer.
-fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts) -> Result<Exchange, Response<ResponseBody>> {
+/// Runs the `http_request` rules (and makes the request ID); `Err` is a rule's answer, with how
+/// long to hold it first (a tarpit's delay).
+fn request_policy(
+    mut ex: Exchange,
+    parts: &mut http::request::Parts,
+) -> Result<Exchange, (Response<ResponseBody>, std::time::Duration)> {
     let ctx = ex.ctx.clone();
     let policy = &ctx.fe.policy;
     let facts = ex.policy.get_or_insert_with(Box::default);
@@ -387,28 +413,72 @@ fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts) -> Result<
         }
         facts.unique_id = Some(id);
     }
-    let Some(outcome) =
-        policy.on_request(parts, &ctx.facts, ctx.fe.name(), facts.unique_id.as_deref(), &mut facts.captured)
-    else {
+    let outcome = policy.on_request(
+        parts,
+        &ctx.facts,
+        ctx.fe.name(),
+        facts.unique_id.as_deref(),
+        &mut facts.captured,
+        &mut facts.tracked,
+    );
+    let Some(outcome) = outcome else {
         return Ok(ex);
     };
     let counted = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let now = std::time::Duration::ZERO;
     Err(match outcome {
         Final::Deny(reply) => {
             counted(&ctx.fe.counters.denied_requests);
-            own_reply(ex, reply, *b"PR", None)
+            (refusal(ex, reply, *b"PR", Reason::Deny, None), now)
+        }
+        Final::Tarpit(tarpit) => {
+            counted(&ctx.fe.counters.denied_requests);
+            (refusal(ex, &tarpit.reply, *b"PT", Reason::Tarpit, None), tarpit.delay)
+        }
+        Final::LimitReq { retry_after_ms } => {
+            counted(&ctx.fe.counters.denied_requests);
+            let reply =
+                Reply { status: 429, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
+            (refusal(ex, &reply, *b"PR", Reason::LimitReq, Some(retry_after_ms.div_ceil(1000).max(1))), now)
         }
         Final::Return(reply) => {
             counted(&ctx.fe.counters.intercepted);
-            own_reply(ex, reply, *b"LR", None)
+            (own_reply(ex, reply, *b"LR", None), now)
         }
         Final::Redirect { code, location } => {
             counted(&ctx.fe.counters.intercepted);
             let reply =
                 Reply { status: code, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
-            own_reply(ex, &reply, *b"LR", Some(location))
+            (own_reply(ex, &reply, *b"LR", Some(location)), now)
         }
     })
+}
+
+/// A `deny`, `tarpit` or `limit_req` refusal: counted against the tables its rule read, and a
+/// 429 or 503 says when to come back (`Retry-After`) unless the rule sets it itself.
+fn refusal(
+    ex: Exchange,
+    reply: &Reply,
+    termination: [u8; 2],
+    reason: Reason,
+    retry_after: Option<u64>,
+) -> Response<ResponseBody> {
+    let tracked = ex.policy.as_ref().map(|p| &p.tracked);
+    let mut retry_after = retry_after;
+    if let Some(tracked) = tracked.filter(|t| !t.is_empty()) {
+        if reason != Reason::LimitReq {
+            tracked.refused(tracked.read_by_refusal, reason);
+        }
+        let own = reply.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("retry-after"));
+        if retry_after.is_none() && !own && matches!(reply.status, 429 | 503) {
+            retry_after = Some(tracked.retry_after_secs());
+        }
+    }
+    let mut response = own_reply(ex, reply, termination, None);
+    if let Some(secs) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
 }
 
 /// Runs the `http_response` rules on the server's response head; `Some` when one denies it.
@@ -445,6 +515,7 @@ fn unique_id(uid: &lb_config::UniqueId, parts: &http::request::Parts, ctx: &Conn
                 facts: &ctx.facts,
                 frontend: ctx.fe.name(),
                 response: None,
+                tracked: None,
             };
             let mut out = String::new();
             render(format, &RequestVars { subject: &subject, unique_id: None }, &mut out);
@@ -494,7 +565,7 @@ fn own_reply(
     }
     if !reply.headers.is_empty() {
         let ctx = ex.ctx.clone();
-        let subject = Subject { req: None, facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
+        let subject = Subject { req: None, facts: &ctx.facts, frontend: ctx.fe.name(), response: None, tracked: None };
         let unique_id = ex.policy.as_ref().and_then(|p| p.unique_id.clone());
         let vars = RequestVars { subject: &subject, unique_id: unique_id.as_deref() };
         for (name, template) in &reply.headers {

@@ -412,7 +412,8 @@ fn custom_text_and_json_formats() {
     rec.captured = Some(&captured);
     rec.unique_id = Some("id-1");
     let text = lb_config::AccessLogFormat::Text(
-        lb_config::Template::parse("%ci:%cp %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %tsc %hr %ID %HM %HP %HQ %{+Q}r").expect("template"),
+        lb_config::Template::parse("%ci:%cp %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %tsc %hr %ID %HM %HP %HQ %{+Q}r")
+            .expect("template"),
     );
     rec.format = Some(&text);
     let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Raw), &utc());
@@ -431,5 +432,8 @@ fn custom_text_and_json_formats() {
     rec.tc = -1;
     let l = line(Record::Http(&rec), LogFormat::Haproxy, stdout(LogHeader::Raw), &utc());
     let v: serde_json::Value = serde_json::from_str(&l).expect("JSON");
-    assert_eq!(v, serde_json::json!({"client": "10.0.1.2", "status": 200, "connect_ms": null, "request_id": "id-1", "xid": "{abc-123}"}));
+    assert_eq!(
+        v,
+        serde_json::json!({"client": "10.0.1.2", "status": 200, "connect_ms": null, "request_id": "id-1", "xid": "{abc-123}"})
+    );
 }

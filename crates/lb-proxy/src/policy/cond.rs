@@ -121,6 +121,19 @@ fn test(t: &Test, patterns: &Patterns) -> Result<CTest, CompileError> {
 }
 
 impl Cond {
+    /// The tracked slots the condition reads (a bit each): a refusal on it counts against
+    /// their tables.
+    pub(crate) fn slots_read(&self) -> u8 {
+        match self {
+            Cond::All(cs) | Cond::Any(cs) => cs.iter().fold(0, |bits, c| bits | c.slots_read()),
+            Cond::Not(c) => c.slots_read(),
+            Cond::Test(t) => match t.fetch {
+                Fetch::Sc { slot, .. } => 1 << slot,
+                _ => 0,
+            },
+        }
+    }
+
     pub(crate) fn holds(&self, s: &Subject<'_>) -> bool {
         match self {
             Cond::All(cs) => cs.iter().all(|c| c.holds(s)),
@@ -165,6 +178,16 @@ impl CTest {
                 (CMatch::List(cell), Some(ip)) if cell.kind == ListKind::Ip => cell.contains_addr(ip),
                 _ => false,
             };
+        }
+        // A tracked figure is a number: compared as one, without making text of it.
+        if let Fetch::Sc { slot, data } = self.fetch {
+            let value = s.tracked.and_then(|t| t.read(slot, data, crate::tables::Now::read()));
+            match (&self.matcher, value) {
+                (CMatch::Exists(want), v) => return v.is_some() == *want,
+                (CMatch::Int(c), Some(v)) => return compare(c, i64::try_from(v).unwrap_or(i64::MAX)),
+                (CMatch::Int(_), None) => return false,
+                _ => {}
+            }
         }
         match &self.matcher {
             CMatch::Exists(want) => (s.count(&self.fetch) > 0) == *want,
@@ -247,6 +270,10 @@ impl Subject<'_> {
             }
             Fetch::Query(name) => self.query_values(name).next().map(Cow::Borrowed),
             Fetch::Cookie(name) => self.cookie_values(name).next().map(Cow::Borrowed),
+            Fetch::Sc { slot, data } => self
+                .tracked
+                .and_then(|t| t.read(*slot, *data, crate::tables::Now::read()))
+                .map(|v| Cow::Owned(v.to_string())),
         }
     }
 

@@ -105,6 +105,8 @@ fn run(p: &FrontendPolicy, parts: &mut http::request::Parts, client: &str) -> (O
             Final::Deny(r) => format!("deny {}", r.status),
             Final::Return(r) => format!("return {}", r.status),
             Final::Redirect { code, location } => format!("redirect {code} {location}"),
+            Final::Tarpit(t) => format!("tarpit {}", t.reply.status),
+            Final::LimitReq { retry_after_ms } => format!("limit_req {retry_after_ms}"),
         });
     (outcome, captured)
 }

@@ -73,7 +73,10 @@ pub use policy::{
     ResponseAction, ResponseRule, RouteTarget, Template, TemplatePart, Test, UniqueId, Var,
 };
 pub use supervision::{loopback, supervision, RawSupervision, SocketDefaults};
-pub use table::{Bucket, DataType, KeyType, Mark, Store, Table, Tarpit, Track, GENERAL_PURPOSE, SLOTS};
+pub use table::{
+    Bucket, ConnectionAction, ConnectionRule, DataType, KeyType, Mark, Store, Table, Tarpit, Track, GENERAL_PURPOSE,
+    SLOTS,
+};
 pub use units::{format_duration, parse_duration};
 
 #[cfg(test)]

@@ -268,6 +268,9 @@ pub(crate) struct RawFrontend {
     pub(crate) http_request: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) http_response: Option<Vec<Value>>,
+    /// `track` and `reject` at accept (checked by `validate::policy::limits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tcp_request: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) unique_id: Option<RawUniqueId>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -143,6 +143,7 @@ fn frontend(f: &Frontend) -> RawFrontend {
         error_files: error_files(&f.error_pages),
         rules: (!rules.is_empty()).then_some(rules),
         http_request: policy::request_rules(&f.http_request),
+        tcp_request: tables::connection_rules(&f.tcp_request),
         http_response: policy::response_rules(&f.http_response),
         unique_id: policy::unique_id(f.unique_id.as_ref()),
         log_format: policy::log_format(f.log_format.as_ref()),

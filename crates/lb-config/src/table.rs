@@ -238,6 +238,22 @@ pub struct Tarpit {
     pub reply: crate::policy::Reply,
 }
 
+/// A `tcp_request` rule: at accept (after the PROXY header, before any request), HAProxy's
+/// `tcp-request connection`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionRule {
+    pub action: ConnectionAction,
+    pub guard: Option<crate::policy::Guard>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionAction {
+    /// Count the connection in a table (`conn_cnt`, `conn_rate`, `conn_cur`) under `src`.
+    Track(Track),
+    /// Close the connection at once, answering nothing.
+    Reject,
+}
+
 /// `set_gpt: { slot, index, value }` and `inc_gpc: { slot, index }` (HAProxy's
 /// `sc-set-gpt0(0) 1`, `sc-inc-gpc0(0)`): on the entry tracked in `slot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@
 
 mod actions;
 mod cond;
+mod connection;
 mod patterns;
 mod template;
 #[cfg(test)]
@@ -104,6 +105,8 @@ pub(crate) struct FrontendPolicy {
     by_name: HashMap<String, Arc<BackendState>>,
     request: Vec<actions::RequestRule>,
     response: Vec<actions::ResponseRule>,
+    /// `tcp_request` rules, at accept.
+    connection: Vec<connection::ConnRule>,
     pub(crate) unique_id: Option<UniqueId>,
     /// Capture slots of the log's request and response blocks.
     pub(crate) request_captures: usize,
@@ -165,6 +168,8 @@ impl FrontendPolicy {
             .map_err(|(i, e)| err(format!("http_request[{i}]"))(e))?;
         let (response, response_captures) = actions::compile_response(&fe.http_response, policy, patterns)
             .map_err(|(i, e)| err(format!("http_response[{i}]"))(e))?;
+        let connection = connection::compile(&fe.tcp_request, policy, patterns, tables)
+            .map_err(|(i, e)| err(format!("tcp_request[{i}]"))(e))?;
         let response_reads_request = fe.http_response.iter().any(|r| {
             r.guard.as_ref().is_some_and(|g| reads_request(&g.condition, policy, 0))
                 || matches!(&r.action, ResponseAction::SetHeader(h) | ResponseAction::AddHeader(h)
@@ -176,6 +181,7 @@ impl FrontendPolicy {
             by_name,
             request,
             response,
+            connection,
             unique_id: fe.unique_id.clone(),
             request_captures,
             response_captures,
@@ -228,7 +234,17 @@ impl FrontendPolicy {
             self.routes.iter().enumerate().map(|(i, r)| ("rules", i, "use_backend", r.hits.load(Ordering::Relaxed)));
         let request = self.request.iter().enumerate().map(|(i, r)| ("http_request", i, r.name(), r.hits()));
         let response = self.response.iter().enumerate().map(|(i, r)| ("http_response", i, r.name(), r.hits()));
-        routes.chain(request).chain(response).collect()
+        let connection = self.connection.iter().enumerate().map(|(i, r)| ("tcp_request", i, r.name(), r.hits()));
+        routes.chain(request).chain(response).chain(connection).collect()
+    }
+
+    /// Runs the `tcp_request` rules on a new connection: what it tracks (held until it ends),
+    /// or `None` when it is to be closed at once.
+    pub(crate) fn on_connection(&self, facts: &ConnFacts, frontend: &str) -> Option<crate::tables::Tracked> {
+        if self.connection.is_empty() {
+            return Some(crate::tables::Tracked::default());
+        }
+        connection::run(&self.connection, facts, frontend)
     }
 
     pub(crate) fn has_request_rules(&self) -> bool {

@@ -328,6 +328,11 @@ async fn handle(
             }
         }
     }
+    // `tcp_request`: what the connection tracks is held until it ends.
+    let Some(_tracked) = fe.policy.on_connection(&facts, fe.name()) else {
+        tracing::debug!(frontend = fe.name(), client = ?facts.client, "connection rejected (tcp_request)");
+        return;
+    };
     match fe.config.mode {
         Mode::Http => crate::http::serve(&proxy, &fe, stream, facts, shutdown).await,
         // Boxed, as HTTP's are (see `http::serve`): the spawned future stays small.

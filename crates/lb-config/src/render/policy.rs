@@ -135,7 +135,7 @@ pub(super) fn route_target(t: &RouteTarget) -> Value {
     }
 }
 
-fn with_guard(action: &str, arg: Value, g: Option<&Guard>) -> Value {
+pub(super) fn with_guard(action: &str, arg: Value, g: Option<&Guard>) -> Value {
     let mut out = Mapping::new();
     out.insert(s(action), arg);
     let (if_, unless) = guard_pair(g);

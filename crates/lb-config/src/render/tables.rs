@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_yaml::Value;
 
 use crate::raw::{RawLimitReq, RawPrefix, RawTable};
-use crate::table::{KeyType, Mark, Table, Tarpit, Track};
+use crate::table::{ConnectionAction, ConnectionRule, KeyType, Mark, Table, Tarpit, Track};
 use crate::units::format_duration;
 
 pub(super) fn tables(tables: &[Table]) -> Option<BTreeMap<String, RawTable>> {
@@ -75,4 +75,18 @@ pub(super) fn mark(m: &Mark, with_value: bool) -> Value {
         out.insert("value".into(), u64::from(m.value).into());
     }
     Value::Mapping(out)
+}
+
+pub(super) fn connection_rules(rules: &[ConnectionRule]) -> Option<Vec<Value>> {
+    let out: Vec<Value> = rules
+        .iter()
+        .map(|r| {
+            let (action, arg) = match &r.action {
+                ConnectionAction::Track(t) => ("track", track(t)),
+                ConnectionAction::Reject => ("reject", Value::Bool(true)),
+            };
+            super::policy::with_guard(action, arg, r.guard.as_ref())
+        })
+        .collect();
+    (!out.is_empty()).then_some(out)
 }

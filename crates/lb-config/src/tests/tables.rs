@@ -170,3 +170,32 @@ fn mistakes_in_limit_actions_are_located() {
         assert!(got.starts_with(want), "{got}\n  expected to start with {want}");
     }
 }
+
+#[test]
+fn connection_rules_track_src_and_reject_on_what_is_known_at_accept() {
+    let text = RULES.replace(
+        "    http_request:\n",
+        "    tcp_request:\n      - track: { table: per_ip, slot: 2 }\n      - reject: true\n        if: { sc2: { name: conn_cur, gt: 10 } }\n    http_request:\n",
+    );
+    let config = parse_ok(&text);
+    let rules = &config.frontends[0].tcp_request;
+    assert_eq!(rules[0].action, ConnectionAction::Track(Track { slot: 2, table: "per_ip".into(), key: Fetch::Src }));
+    assert_eq!(rules[1].action, ConnectionAction::Reject);
+    assert_eq!(parse_ok(&config.to_yaml()).frontends[0].tcp_request, *rules);
+    let text = RULES.replace(
+        "    http_request:\n",
+        "    tcp_request:\n      - track: { table: per_ip, key: { header: x-forwarded-for } }\n      - reject: true\n        if: { path: /admin }\n    http_request:\n",
+    );
+    let all = errors(&text);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert!(
+        all[0].starts_with("proxy.yaml:9:38: frontends[0].tcp_request[0].track.key: at accept the key is"),
+        "{}",
+        all[0]
+    );
+    assert!(
+        all[1].starts_with("proxy.yaml:10:9: frontends[0].tcp_request[1]: `path` is not known at accept"),
+        "{}",
+        all[1]
+    );
+}

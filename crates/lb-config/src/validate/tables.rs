@@ -181,9 +181,16 @@ pub(super) fn check_references<'f>(
     tables: &[Table],
 ) {
     for (i, fe) in frontends.enumerate() {
-        for (j, rule) in fe.http_request.iter().enumerate() {
-            let crate::policy::RequestAction::Track(track) = &rule.action else { continue };
-            let field = child(&child(&item(&child(&item("frontends", i), "http_request"), j), "track"), "table");
+        let at_request = fe.http_request.iter().enumerate().filter_map(|(j, rule)| match &rule.action {
+            crate::policy::RequestAction::Track(track) => Some(("http_request", j, track)),
+            _ => None,
+        });
+        let at_accept = fe.tcp_request.iter().enumerate().filter_map(|(j, rule)| match &rule.action {
+            crate::table::ConnectionAction::Track(track) => Some(("tcp_request", j, track)),
+            crate::table::ConnectionAction::Reject => None,
+        });
+        for (list, j, track) in at_request.chain(at_accept) {
+            let field = child(&child(&item(&child(&item("frontends", i), list), j), "track"), "table");
             let Some(table) = tables.iter().find(|t| t.name == track.table) else {
                 let known: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
                 let known =

@@ -158,6 +158,15 @@ impl Tracked {
         TrackOutcome::Counted
     }
 
+    /// `track` at accept: counts the connection (`conn_cnt`, `conn_rate`, `conn_cur`) in
+    /// `table` under `key`, held until this is dropped; a slot tracked already is left alone.
+    pub(crate) fn track_connection(&mut self, slot: u8, table: &Arc<Table>, key: Key, now: Now) {
+        let Some(place) = self.slots.get_mut(usize::from(slot)) else { return };
+        if place.is_none() {
+            *place = Held::connection(table, key, now);
+        }
+    }
+
     /// A figure of the entry tracked in `slot` (`sc0` …), `None` when untracked or not stored.
     pub(crate) fn read(&self, slot: u8, data: DataType, now: Now) -> Option<u64> {
         let held = self.slots.get(usize::from(slot))?.as_ref()?;

@@ -6,9 +6,93 @@ use std::time::Duration;
 use serde_yaml::{Mapping, Value};
 
 use super::actions::{fetch_spec, reply};
+use super::{guard, keys_of, Names};
 use crate::check::Checker;
-use crate::locate::child;
-use crate::table::{Mark, Tarpit, Track, GENERAL_PURPOSE, SLOTS};
+use crate::locate::{child, item};
+use crate::policy::{Condition, Fetch};
+use crate::table::{ConnectionAction, ConnectionRule, Mark, Tarpit, Track, GENERAL_PURPOSE, SLOTS};
+
+/// `tcp_request:` rules: `track` (keyed by `src`) and `reject`, with conditions on what is known
+/// at accept: the client's address and port, the frontend, the PROXY header's TLS facts, and
+/// tracked figures.
+pub(in crate::validate) fn connection_rules(
+    ctx: &mut Checker<'_>,
+    path: &str,
+    raw: Option<&Vec<Value>>,
+    names: &Names<'_>,
+) -> Vec<ConnectionRule> {
+    let mut rules = Vec::new();
+    for (i, value) in raw.into_iter().flatten().enumerate() {
+        let at = item(path, i);
+        let Value::Mapping(map) = value else {
+            ctx.error(&at, "expected a rule: `{ track: {...} }` or `{ reject: true, if: ... }`");
+            continue;
+        };
+        let actions: Vec<(&str, &Value)> = map
+            .iter()
+            .filter_map(|(k, v)| k.as_str().map(|k| (k, v)))
+            .filter(|(k, _)| !matches!(*k, "if" | "unless"))
+            .collect();
+        let [(key, arg)] = actions[..] else {
+            ctx.error(&at, format!("a rule has exactly one action (plus `if` or `unless`); found {}", keys_of(map)));
+            continue;
+        };
+        let guard = guard(ctx, &at, map.get("if"), map.get("unless"), names);
+        if let Some(g) = &guard {
+            if let Some(fetch) = not_at_accept(&g.condition) {
+                let what = fetch.key().0;
+                ctx.error(&at, format!("`{what}` is not known at accept: a tcp_request condition reads src, src_port, frontend, sni, alpn, tls_version, tls_cipher or sc0-sc2"));
+                continue;
+            }
+        }
+        let field = child(&at, key);
+        let action = match key {
+            "track" => match track(ctx, &field, arg) {
+                Some(t) if t.key != Fetch::Src => {
+                    ctx.error(&child(&field, "key"), "at accept the key is the client's address: `src`");
+                    None
+                }
+                t => t.map(ConnectionAction::Track),
+            },
+            "reject" => match arg {
+                Value::Bool(true) | Value::Null => Some(ConnectionAction::Reject),
+                _ => {
+                    ctx.error(&field, "write `reject: true`");
+                    None
+                }
+            },
+            other => {
+                ctx.error(&at, format!("unknown action `{other}` in tcp_request: expected track or reject"));
+                None
+            }
+        };
+        if let Some(action) = action {
+            rules.push(ConnectionRule { action, guard });
+        }
+    }
+    rules
+}
+
+/// A fetch of `c` that a connection does not have at accept (named conditions are checked
+/// where they are used, through their tests).
+fn not_at_accept(c: &Condition) -> Option<&Fetch> {
+    match c {
+        Condition::All(cs) | Condition::Any(cs) => cs.iter().find_map(not_at_accept),
+        Condition::Not(c) => not_at_accept(c),
+        Condition::Named(_) => None,
+        Condition::Test(t) => match t.fetch {
+            Fetch::Src
+            | Fetch::SrcPort
+            | Fetch::Frontend
+            | Fetch::Sni
+            | Fetch::Alpn
+            | Fetch::TlsVersion
+            | Fetch::TlsCipher
+            | Fetch::Sc { .. } => None,
+            ref other => Some(other),
+        },
+    }
+}
 
 /// `track: { table, key, slot }`; `key` defaults to `src`, `slot` to 0.
 pub(super) fn track(ctx: &mut Checker<'_>, field: &str, arg: &Value) -> Option<Track> {

@@ -162,7 +162,18 @@ impl ProxyRuntime {
     }
 }
 
-/// lb-supervisor's handle: the commands, and the counters across reloads.
+/// What one worker hands the next: the traffic counters (the fields of [`Snapshot`], so that a
+/// worker from before tables reads it as it always did), and the tables' entries
+/// (`tables::handover`, base64), absent when there are none.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Handover {
+    #[serde(flatten)]
+    counters: Snapshot,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    tables: String,
+}
+
+/// lb-supervisor's handle: the commands, and the counters and tables across reloads.
 #[derive(Debug)]
 pub(crate) struct Handler(pub(crate) ProxyRuntime);
 
@@ -173,27 +184,40 @@ impl Runtime for Handler {
 
     fn snapshot(&self) -> Option<String> {
         let snapshot = self.0.snapshot();
-        let text = serde_json::to_string(&snapshot).ok();
+        let tables = crate::tables::handover::export(&self.0.proxy.tables);
+        let text = serde_json::to_string(&Handover { counters: snapshot.clone(), tables }).ok();
         *self.0.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
         text
     }
 
     fn late_counts(&self) -> Option<String> {
         let handed = self.0.handed.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
-        serde_json::to_string(&self.0.snapshot().since(&handed)).ok()
+        let counters = self.0.snapshot().since(&handed);
+        let tables = crate::tables::handover::late(&self.0.proxy.tables);
+        serde_json::to_string(&Handover { counters, tables }).ok()
     }
 
     fn add_late_counts(&self, counts: &str) {
-        match serde_json::from_str::<Snapshot>(counts) {
-            Ok(late) => stats::inherit(&self.0.proxy, &late),
+        match serde_json::from_str::<Handover>(counts) {
+            Ok(late) => {
+                stats::inherit(&self.0.proxy, &late.counters);
+                if !late.tables.is_empty() {
+                    crate::tables::handover::import(&self.0.proxy.tables, &late.tables);
+                }
+            }
             Err(e) => tracing::warn!("late counts of a previous worker not understood: {e}"),
         }
     }
 
     fn inherit(&self, snapshot: Option<&str>) {
         if let Some(text) = snapshot {
-            match serde_json::from_str::<Snapshot>(text) {
-                Ok(base) => stats::inherit(&self.0.proxy, &base),
+            match serde_json::from_str::<Handover>(text) {
+                Ok(base) => {
+                    stats::inherit(&self.0.proxy, &base.counters);
+                    if !base.tables.is_empty() {
+                        crate::tables::handover::import(&self.0.proxy.tables, &base.tables);
+                    }
+                }
                 Err(e) => tracing::warn!("counters of the previous worker not understood, starting from 0: {e}"),
             }
         }

@@ -15,12 +15,14 @@
 //!
 //! # Layout
 //! - this file: [`Tables`] (by name) and [`Table`] (shards, the track and update calls).
+//! - `handover`: every entry to the next worker at a reload, and what was counted after.
 //! - `key`: keys, from requests and from runtime commands.
 //! - `row`: an entry's cells: counts, rates (HAProxy's `freq_ctr`), the token bucket.
 //! - `shard`: the bounded map with its recency chain.
 //! - `show`: `show table`, `clear table`, `set table`.
 //! - `track`: what a connection or a request holds, and a request's slots (`sc0`–`sc2`).
 
+pub(crate) mod handover;
 mod key;
 mod row;
 mod shard;
@@ -52,11 +54,13 @@ const SHARD_SLACK: f64 = 1.25;
 #[derive(Debug, Default)]
 pub(crate) struct Tables {
     tables: Vec<Arc<Table>>,
+    /// What was handed to the next worker (`handover`), to tell what was counted after.
+    handed: Mutex<Option<Vec<u8>>>,
 }
 
 impl Tables {
     pub(crate) fn new(configs: &[TableConfig]) -> Tables {
-        Tables { tables: configs.iter().map(|c| Arc::new(Table::new(c.clone()))).collect() }
+        Tables { tables: configs.iter().map(|c| Arc::new(Table::new(c.clone()))).collect(), handed: Mutex::default() }
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Table>> {

@@ -61,10 +61,16 @@ impl Key {
     /// The bytes a snapshot carries: a tag, then the key.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Key::Ip(octets) => {
-                out.push(0);
-                out.extend_from_slice(octets);
-            }
+            Key::Ip(octets) => match std::net::Ipv6Addr::from(*octets).to_ipv4_mapped() {
+                Some(v4) => {
+                    out.push(3);
+                    out.extend_from_slice(&v4.octets());
+                }
+                None => {
+                    out.push(0);
+                    out.extend_from_slice(octets);
+                }
+            },
             Key::Bytes(bytes) => {
                 out.push(1);
                 out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
@@ -93,6 +99,10 @@ impl Key {
             2 => {
                 let (n, rest) = rest.split_first_chunk::<8>()?;
                 Some((Key::Int(u64::from_le_bytes(*n)), rest))
+            }
+            3 => {
+                let (v4, rest) = rest.split_first_chunk::<4>()?;
+                Some((Key::Ip(Ipv4Addr::from(*v4).to_ipv6_mapped().octets()), rest))
             }
             _ => None,
         }

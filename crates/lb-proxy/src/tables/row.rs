@@ -79,6 +79,45 @@ impl Layout {
     pub(crate) fn bucket(&self) -> Option<&Bucket> {
         self.bucket.as_ref().map(|(_, b)| b)
     }
+
+    /// What each cell holds, for a hand-over to carry it.
+    pub(crate) fn cells(&self) -> Vec<Cell> {
+        let mut kinds = vec![Cell::Plain; self.width];
+        for data in DataType::all() {
+            let Some(at) = self.offset(data) else { continue };
+            if matches!(data, DataType::ConnCur | DataType::HttpReqCur) {
+                kinds[at] = Cell::Current;
+            } else if data.is_rate() {
+                kinds[at] = Cell::Tick { period: self.period_ms(data) };
+            }
+        }
+        if let Some((at, _)) = self.bucket {
+            kinds[usize::from(at) + 1] = Cell::LastMs;
+        }
+        kinds
+    }
+
+    /// A rate's period in milliseconds (1 for what is not a rate).
+    pub(crate) fn period_ms(&self, data: DataType) -> u32 {
+        self.periods[data.index()].max(1)
+    }
+
+    /// The data types stored.
+    pub(crate) fn stored(&self) -> impl Iterator<Item = DataType> + '_ {
+        DataType::all().filter(|d| self.stores(*d))
+    }
+
+    fn offset(&self, data: DataType) -> Option<usize> {
+        let offset = self.offsets[data.index()];
+        (offset != NONE).then_some(usize::from(offset))
+    }
+
+    /// What identifies the layout: entries handed over between two tables of the same name
+    /// are taken only when it is the same (the key type and what is stored, not size or expiry).
+    pub(crate) fn signature(table: &Table) -> String {
+        let store: Vec<String> = table.store.iter().map(ToString::to_string).collect();
+        format!("{:?};{};{:?}", table.key, store.join(","), table.bucket)
+    }
 }
 
 fn cells_of(store: &Store) -> usize {
@@ -88,6 +127,19 @@ fn cells_of(store: &Store) -> usize {
     } else {
         wide
     }
+}
+
+/// What one 32-bit cell of an entry holds, as a hand-over sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cell {
+    /// A value carried as it is.
+    Plain,
+    /// Connections or requests in progress: the worker that has them keeps them.
+    Current,
+    /// A rate's period number: carried relative to the time of the hand-over (small).
+    Tick { period: u32 },
+    /// The bucket's last request (milliseconds, wrapping): relative, too.
+    LastMs,
 }
 
 /// nginx's answer for one request against the bucket.
@@ -183,6 +235,39 @@ impl Row<'_> {
         } else {
             write(self.cells, at, wide, value);
         }
+    }
+
+    /// A rate's raw parts: its period number, current and previous counts.
+    pub(crate) fn rate_parts(&self, data: DataType) -> Option<(u32, u64, u64)> {
+        let at = self.at(data).filter(|_| data.is_rate())?;
+        let wide = data.is_bytes();
+        let step = if wide { 2 } else { 1 };
+        Some((self.cells[at], read(self.cells, at + 1, wide), read(self.cells, at + 1 + step, wide)))
+    }
+
+    /// Adds what another worker counted in a rate's period `tick` (and the one before),
+    /// aligned with this entry's periods; counts older than the previous period are dropped.
+    pub(crate) fn merge_rate(&mut self, data: DataType, tick: u32, current: u64, previous: u64) {
+        let Some(at) = self.at(data).filter(|_| data.is_rate()) else { return };
+        let wide = data.is_bytes();
+        let step = if wide { 2 } else { 1 };
+        let mine = self.cells[at];
+        // Bring this entry to the later of the two periods first.
+        if (tick.wrapping_sub(mine) as i32) > 0 {
+            let kept = if tick.wrapping_sub(mine) == 1 { read(self.cells, at + 1, wide) } else { 0 };
+            write(self.cells, at + 1 + step, wide, kept);
+            write(self.cells, at + 1, wide, 0);
+            self.cells[at] = tick;
+        }
+        let (cur_add, prev_add) = match self.cells[at].wrapping_sub(tick) {
+            0 => (current, previous),
+            1 => (0, current),
+            _ => (0, 0),
+        };
+        let cur = read(self.cells, at + 1, wide).saturating_add(cur_add);
+        write(self.cells, at + 1, wide, cur);
+        let prev = read(self.cells, at + 1 + step, wide).saturating_add(prev_add);
+        write(self.cells, at + 1 + step, wide, prev);
     }
 
     /// nginx's `limit_req` for one request: the excess drains at the rate, a request adds one;

@@ -131,6 +131,11 @@ impl Shard {
         &mut self.cells[at..at + width]
     }
 
+    pub(crate) fn cells(&self, slot: u32, width: usize) -> &[u32] {
+        let at = slot as usize * width;
+        &self.cells[at..at + width]
+    }
+
     /// An entry's bookkeeping and its data, together.
     pub(crate) fn entry_mut(&mut self, slot: u32, width: usize) -> (&mut Meta, &mut [u32]) {
         let at = slot as usize * width;

@@ -4,6 +4,7 @@ use std::time::Duration;
 use lb_config::{Bucket, DataType, KeyType, Store, Table as TableConfig};
 
 use super::*;
+use crate::tables::handover;
 
 fn store(data: DataType, period: Option<u64>) -> Store {
     Store { data, period: period.map(Duration::from_secs) }
@@ -257,4 +258,72 @@ fn runtime_commands_read_and_write_entries_in_haproxys_words() {
     assert_eq!(run("clear table per_ip key 192.0.2.1"), Ok(String::new()));
     assert_eq!(run("show table").expect("shown"), "# table: per_ip, type: ip, size:100, used:0\n");
     assert_eq!(command(&tables, &["show", "stat"]), None, "not a table command");
+}
+
+#[test]
+fn a_reload_hands_entries_over_and_then_what_was_counted_after() {
+    let stored = vec![
+        store(DataType::HttpReqRate, Some(10)),
+        store(DataType::HttpReqCnt, None),
+        store(DataType::ConnCur, None),
+        store(DataType::BytesOutCnt, None),
+        store(DataType::Gpt(0), None),
+    ];
+    let mut cfg = config("per_ip", 1000, stored);
+    cfg.bucket = Some(Bucket { rate: 10, per: Duration::from_secs(1), burst: 50, nodelay: true, delay: 0 });
+    let old = Tables::new(std::slice::from_ref(&cfg));
+    let table = old.get("per_ip").expect("table").clone();
+    let now = Now::read();
+    for i in 0..300u32 {
+        let key = Key::ip(&cfg.key, IpAddr::from((0x0a00_0000 + i).to_be_bytes())).expect("key");
+        table.update(&key, now, |row, _| {
+            row.add(DataType::HttpReqRate, u64::from(i % 7) + 1);
+            row.add(DataType::HttpReqCnt, 3);
+            row.add(DataType::BytesOutCnt, 5_000_000_000);
+            row.set(DataType::Gpt(0), u64::from(i % 2));
+        });
+    }
+    let held = Held::connection(&table, ip("10.0.0.1"), now).expect("held");
+    let text = handover::export(&old);
+    // The new worker starts from the old one's entries; a connection in progress stays with
+    // the old worker.
+    let new = Tables::new(std::slice::from_ref(&cfg));
+    handover::import(&new, &text);
+    let fresh = new.get("per_ip").expect("table");
+    assert_eq!(fresh.used(), 300);
+    let get = |t: &Table, key: &Key, data| t.read(key, Now::read(), |row| row.get(data)).flatten();
+    let k7 = ip("10.0.0.7");
+    assert_eq!(get(fresh, &k7, DataType::HttpReqCnt), Some(3));
+    assert_eq!(get(fresh, &k7, DataType::BytesOutCnt), Some(5_000_000_000));
+    assert_eq!(get(fresh, &k7, DataType::Gpt(0)), Some(1));
+    assert_eq!(get(fresh, &ip("10.0.0.1"), DataType::ConnCur), Some(0));
+    assert_eq!(get(&table, &ip("10.0.0.1"), DataType::ConnCur), Some(1));
+    let rate = get(fresh, &k7, DataType::HttpReqRate).expect("rate");
+    assert!(rate >= 1 && rate == get(&table, &k7, DataType::HttpReqRate).expect("rate"), "{rate}");
+    // While the old worker drains it counts requests on its own connections, once, and
+    // hands them over when it is done: nothing counted twice, nothing lost.
+    table.update(&k7, Now::read(), |row, _| {
+        row.add(DataType::HttpReqCnt, 2);
+        row.add(DataType::HttpReqRate, 2);
+        row.set(DataType::Gpt(0), 9);
+    });
+    table.update(&ip("10.9.9.9"), Now::read(), |row, _| row.add(DataType::HttpReqCnt, 1));
+    fresh.update(&k7, Now::read(), |row, _| row.add(DataType::HttpReqCnt, 10));
+    drop(held);
+    let late = handover::late(&old);
+    handover::import(&new, &late);
+    assert_eq!(get(fresh, &k7, DataType::HttpReqCnt), Some(3 + 2 + 10));
+    assert_eq!(get(fresh, &k7, DataType::Gpt(0)), Some(9));
+    assert!(get(fresh, &k7, DataType::HttpReqRate).expect("rate") >= rate + 2);
+    assert_eq!(get(fresh, &ip("10.9.9.9"), DataType::HttpReqCnt), Some(1));
+    assert_eq!(get(fresh, &ip("10.0.0.8"), DataType::HttpReqCnt), Some(3), "unchanged entries: no late count");
+    assert_eq!(handover::late(&old), "", "handed once");
+    // A table whose stored data changed starts empty; garbage is refused whole.
+    let mut changed = cfg.clone();
+    changed.store.pop();
+    let other = Tables::new(&[changed]);
+    handover::import(&other, &text);
+    assert_eq!(other.get("per_ip").expect("table").used(), 0);
+    handover::import(&other, "not base64 at all!");
+    handover::import(&other, &text[..text.len() / 2]);
 }

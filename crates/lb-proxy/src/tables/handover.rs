@@ -176,16 +176,36 @@ impl Table {
         all
     }
 
-    /// An entry handed over: made (or replaced) with these cells and expiry, in use by none.
+    /// An entry handed over, added to what this worker counted already for the key (it serves
+    /// from the moment it is ready, before the hand-over reaches it): counts and rates add up,
+    /// a tag or a bucket this worker has not touched is taken. It lives as long as the longer.
     fn restore(&self, key: &Key, expire: u32, cells: &[u32], now: Now) {
         if expire < now.secs() {
             return;
         }
-        self.update(key, now, |row, _| row.cells.copy_from_slice(cells));
+        let mut theirs = cells.to_vec();
+        self.update(key, now, |row, _| {
+            let handed = Row { layout: row.layout, cells: &mut theirs, now };
+            let stored: Vec<DataType> = row.layout.stored().collect();
+            for data in stored {
+                match data {
+                    DataType::ConnCur | DataType::HttpReqCur => {}
+                    DataType::Gpt(_) if row.get(data) == Some(0) => row.set(data, handed.get(data).unwrap_or(0)),
+                    DataType::Gpt(_) => {}
+                    d if d.is_rate() => {
+                        let (tick, cur, prev) = handed.rate_parts(d).unwrap_or_default();
+                        row.merge_rate(d, tick, cur, prev);
+                    }
+                    d => row.add(d, handed.get(d).unwrap_or(0)),
+                }
+            }
+            row.take_bucket_from(handed.cells);
+        });
         let hash = self.hash(key);
         let mut shard = self.shard(hash);
         if let Some(slot) = shard.find(hash, key) {
-            shard.metas[slot as usize].expire = expire;
+            let meta = &mut shard.metas[slot as usize];
+            meta.expire = meta.expire.max(expire);
         }
     }
 }

@@ -279,9 +279,11 @@ impl Row<'_> {
         let rate = u64::from(bucket.rate).max(1);
         let (excess, last) = (u64::from(self.cells[at]), self.cells[at + 1]);
         let elapsed = u64::from(self.now.wrapping_ms().wrapping_sub(last));
-        // An untouched bucket (last 0, excess 0) drains fully whatever the elapsed time says.
         let drained = rate.saturating_mul(elapsed).saturating_mul(1000) / per_ms;
-        let excess = excess.saturating_sub(drained) + 1000;
+        // nginx: the excess drains at the rate and a request adds one, never below zero; a new
+        // entry starts at zero (its first request is within the rate).
+        let fresh = excess == 0 && last == 0;
+        let excess = if fresh { 0 } else { (excess + 1000).saturating_sub(drained) };
         let burst = u64::from(bucket.burst) * 1000;
         if excess > burst {
             // Time until the excess has drained enough for one more request to fit.
@@ -298,7 +300,17 @@ impl Row<'_> {
         Some(Verdict::Delay((excess - free).saturating_mul(per_ms) / (rate * 1000)))
     }
 
-    /// The bucket's excess in requests (what `show table` prints as `bucket`).
+    /// Takes another worker's bucket (`cells`, laid out as this row's) when this one is
+    /// untouched.
+    pub(crate) fn take_bucket_from(&mut self, cells: &[u32]) {
+        let Some((offset, _)) = self.layout.bucket else { return };
+        let at = usize::from(offset);
+        if self.cells[at] == 0 && self.cells[at + 1] == 0 {
+            self.cells[at..at + 2].copy_from_slice(&cells[at..at + 2]);
+        }
+    }
+
+    /// The bucket's excess in requests (what `show table` prints as `limit_req`).
     pub(crate) fn excess(&self) -> Option<u64> {
         let (offset, bucket) = self.layout.bucket?;
         let at = usize::from(offset);

@@ -164,27 +164,32 @@ fn bucket_table(bucket: Bucket) -> Table {
 
 #[test]
 fn the_bucket_follows_nginx_limit_req() {
-    // 10 r/s, burst 5: six at once pass (one at the rate, five of burst), each held back to
-    // the rate without nodelay; the seventh is refused.
+    // 10 r/s, burst 5: the first request is within the rate; five more fit in the burst, each
+    // held back to the rate without nodelay; the seventh is refused.
     let bucket = Bucket { rate: 10, per: Duration::from_secs(1), burst: 5, nodelay: false, delay: 0 };
     let table = bucket_table(bucket);
     let key = ip("10.0.0.1");
     let take = |at| table.update(&key, Now(at), |row, _| row.take()).flatten().expect("a bucket");
-    assert_eq!(take(T0), Verdict::Delay(100));
-    for n in 2..=5 {
+    assert_eq!(take(T0), Verdict::Pass);
+    for n in 1..=5 {
         assert_eq!(take(T0), Verdict::Delay(n * 100));
     }
     assert_eq!(take(T0), Verdict::Refuse { retry_after_ms: 100 });
     // 100 ms later one request's worth has drained.
     assert_eq!(take(T0 + 100), Verdict::Delay(500));
+    // Idle long enough, the bucket is empty again.
+    assert_eq!(take(T0 + 60_000), Verdict::Pass);
     // nodelay: the burst passes at once; delay=2: the first two excess at once, then held.
     let nodelay = bucket_table(Bucket { nodelay: true, ..bucket });
     let take = |at| nodelay.update(&key, Now(at), |row, _| row.take()).flatten().expect("a bucket");
-    assert!((0..5).all(|_| take(T0) == Verdict::Pass));
+    assert!((0..6).all(|_| take(T0) == Verdict::Pass));
     assert!(matches!(take(T0), Verdict::Refuse { .. }));
     let delayed = bucket_table(Bucket { delay: 2, ..bucket });
     let take = |at| delayed.update(&key, Now(at), |row, _| row.take()).flatten().expect("a bucket");
-    assert_eq!([take(T0), take(T0), take(T0)], [Verdict::Pass, Verdict::Pass, Verdict::Delay(100)]);
+    assert_eq!(
+        [take(T0), take(T0), take(T0), take(T0)],
+        [Verdict::Pass, Verdict::Pass, Verdict::Pass, Verdict::Delay(100)]
+    );
 }
 
 #[test]

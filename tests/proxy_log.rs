@@ -205,21 +205,7 @@ async fn syslog_unix_target_gets_rfc3164_datagrams() {
 
 /// `halog <flag>` (Debian's haproxy package) on these lines: its output.
 fn halog(flag: &str, lines: &[String]) -> String {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new("halog")
-        .arg(flag)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("halog (Debian's haproxy package)");
-    let mut input = child.stdin.take().expect("stdin");
-    for line in lines {
-        writeln!(input, "{line}").expect("to halog");
-    }
-    drop(input);
-    let out = child.wait_with_output().expect("halog");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    log::halog(&[flag], lines)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

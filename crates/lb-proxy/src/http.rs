@@ -13,6 +13,7 @@ mod framing;
 pub(crate) mod fuzz;
 mod h2;
 mod headers;
+mod rules;
 mod sniff;
 mod tunnel;
 mod upstream;
@@ -89,6 +90,15 @@ impl ConnCtx {
             shutdown: shutdown.clone(),
             pinned: Mutex::new(Vec::new()),
             tunnel: Mutex::new(None),
+        }
+    }
+
+    /// HTTP/1: the Content-Length lines of the request just started, as the client sent them
+    /// (counted only when a rule reads them); `None` for HTTP/2.
+    fn raw_content_lengths(&self) -> Option<usize> {
+        match &self.wire {
+            Wire::H1(activity) => Some(activity.content_lengths()),
+            Wire::H2(_) => None,
         }
     }
 
@@ -192,6 +202,9 @@ async fn serve_h1(
     let timeouts = fe.config.timeouts;
     let activity =
         Activity::new(opened, read_buffer(fe.config.max_header_size), timeouts.http_request, timeouts.http_keep_alive);
+    if fe.policy.reads_content_length {
+        activity.count_content_lengths();
+    }
     let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H1(activity.clone()), &shutdown));
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));

@@ -62,10 +62,13 @@ pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
 pub use serve::{run, start, start_supervised, Server};
 
-// For the fuzz targets in `fuzz/` only: `proxy_header`, `http_request_head`, `runtime_command`.
+// For the fuzz targets in `fuzz/` only: `proxy_header`, `http_request_head`, `runtime_command`,
+// `policy`.
 #[doc(hidden)]
 pub use http::fuzz::fuzz_request_head;
 #[doc(hidden)]
 pub use lb_proxy_protocol::fuzz_parse;
+#[doc(hidden)]
+pub use policy::fuzz::fuzz_policy;
 #[doc(hidden)]
 pub use runtime::fuzz::FuzzRuntime;

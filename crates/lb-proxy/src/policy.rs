@@ -9,6 +9,7 @@
 mod actions;
 mod cond;
 mod connection;
+pub(crate) mod fuzz;
 mod patterns;
 mod template;
 #[cfg(test)]
@@ -113,10 +114,25 @@ pub(crate) struct FrontendPolicy {
     pub(crate) response_captures: usize,
     /// Some response rule reads the request: the exchange keeps a copy of its head.
     pub(crate) response_reads_request: bool,
+    /// Some request condition reads Content-Length: HTTP/1 heads are counted raw, since hyper
+    /// merges identical duplicates that such a rule means to see.
+    pub(crate) reads_content_length: bool,
 }
 
 fn when(g: Option<&Guard>, policy: &Policy, patterns: &Patterns) -> Result<Option<When>, CompileError> {
     g.map(|g| Ok(When { cond: compile(&g.condition, &policy.conditions, patterns, 0)?, negate: g.negate })).transpose()
+}
+
+/// Whether `c` tests request header `name`.
+fn tests_header(c: &Condition, policy: &Policy, name: &str, depth: usize) -> bool {
+    match c {
+        Condition::All(cs) | Condition::Any(cs) => cs.iter().any(|c| tests_header(c, policy, name, depth)),
+        Condition::Not(c) => tests_header(c, policy, name, depth),
+        Condition::Named(n) => {
+            depth < 64 && policy.conditions.get(n).is_some_and(|c| tests_header(c, policy, name, depth + 1))
+        }
+        Condition::Test(t) => t.fetch == Fetch::Header(name.to_owned()),
+    }
 }
 
 fn reads_request(c: &Condition, policy: &Policy, depth: usize) -> bool {
@@ -175,7 +191,14 @@ impl FrontendPolicy {
                 || matches!(&r.action, ResponseAction::SetHeader(h) | ResponseAction::AddHeader(h)
                     if h.value.vars().any(|v| !matches!(v, lb_config::Var::Status | lb_config::Var::Fetch(Fetch::ResponseHeader(_)))))
         });
+        let guards = fe
+            .rules
+            .iter()
+            .filter_map(|r| r.guard.as_ref())
+            .chain(fe.http_request.iter().filter_map(|r| r.guard.as_ref()));
+        let reads_content_length = guards.clone().any(|g| tests_header(&g.condition, policy, "content-length", 0));
         Ok(FrontendPolicy {
+            reads_content_length,
             routes,
             default_backend: fe.default_backend.as_deref().map(backend).transpose()?,
             by_name,

@@ -12,10 +12,12 @@
 //! - this file: [`ProxyRuntime`], parsing and dispatch, `help`.
 //! - `servers`: the commands that change servers (state, weight, address, health checks, add,
 //!   del, shutdown sessions).
+//! - `patterns`: lists and maps (`show acl`, `add acl`, `set map` …) and `show rules`.
 //! - `process`: the process and its frontends (limits, pausing, counters, version, activity).
 //! - `fuzz`: a state without sockets answering commands, for the fuzzer (`fuzz/runtime_command`).
 
 pub(crate) mod fuzz;
+mod patterns;
 mod process;
 mod servers;
 #[cfg(test)]
@@ -33,9 +35,15 @@ use crate::stats;
 /// `help`: every command, in HAProxy's layout.
 const HELP: &str = "\
 The following commands are valid at this level:
+  add acl <acl> <pattern>                 : add a pattern to a list (#<id>, its file or its name); written back to its file
+  add map <map> <key> <value>             : add an entry to a map; written back to its file
   add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>] : add a server (in maintenance)
+  clear acl <acl>                         : remove every pattern of a list
   clear counters [all]                    : clear the maxima (all: every counter)
   clear table <table> [<filter>]|[key <k>] : remove entries (all, those matching the filter, or one key)
+  clear map <map>                         : remove every entry of a map
+  del acl <acl> <pattern>|#<ref>          : remove a pattern from a list
+  del map <map> <key>|#<ref>              : remove an entry from a map
   del server <bk>/<srv>                   : remove a server in maintenance or drain without connections
   disable frontend <fe>                   : stop accepting on a frontend (open connections go on)
   disable health <bk>/<srv>               : stop a server's health checks (it counts as up)
@@ -47,6 +55,7 @@ The following commands are valid at this level:
   help                                    : list the commands
   prompt                                  : toggle interactive mode (runtime socket: a '> ' prompt after each answer)
   quit                                    : close an interactive session
+  set map <map> <key>|#<ref> <value>      : change an entry's value
   set maxconn frontend <fe> <n>           : change a frontend's connection limit
   set maxconn global <n>                  : change the process's connection limit (up to global.max_connections)
   set rate-limit connections global <n>   : accept at most n connections per second (0: no limit)
@@ -57,11 +66,14 @@ The following commands are valid at this level:
   set server <bk>/<srv> weight <w>[%]     : set a server's weight (0 to 256, or % of its initial weight)
   set timeout cli <delay>                 : change this connection's idle timeout (seconds, or with a unit)
   set weight <bk>/<srv> <w>[%]            : set a server's weight (0 to 256, or % of its initial weight)
+  show acl [<acl>]                        : list the lists, or one list's patterns
   show activity                           : the runtime's tasks, queue and accepted connections
   show backend                            : list the backends
   show env [<name>]                       : the process's environment
   show errors [<iid>|<frontend>] [request|response] : the last refused request of each frontend
   show info [typed|json]                  : report information about the running process
+  show map [<map>]                        : list the maps, or one map's entries
+  show rules [<frontend>]                 : every rule with the requests it applied to
   show schema json                        : the JSON schema of the json forms
   show servers conn [<backend>]           : server connections, used and idle
   show servers state [<backend>]          : dump volatile server information (all or for a single backend)
@@ -93,6 +105,9 @@ impl ProxyRuntime {
             return result.map_or_else(RuntimeResult::refused, RuntimeResult::ok);
         }
         if let Some(result) = process::command(self, &words) {
+            return result;
+        }
+        if let Some(result) = patterns::command(self, &words) {
             return result;
         }
         match words.as_slice() {

@@ -41,7 +41,7 @@ pub(crate) use key::Key;
 pub(crate) use row::{Layout, Now, Row, Verdict};
 use shard::{Found, Shard};
 pub(crate) use show::command;
-pub(crate) use track::{Held, TrackOutcome, Tracked};
+pub(crate) use track::{TrackOutcome, Tracked};
 
 /// Most shards a table is split in; one per 4096 entries of its size below that.
 const MAX_SHARDS: usize = 64;
@@ -249,6 +249,7 @@ impl Table {
     }
 
     /// Bytes the table's storage holds now.
+    #[cfg(test)]
     pub(crate) fn allocated(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).allocated()).sum()
     }

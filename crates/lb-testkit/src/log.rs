@@ -219,3 +219,22 @@ mod tests {
         assert!(HttpLogLine::parse(syslog).is_none());
     }
 }
+
+/// `halog ARGS…` (Debian's haproxy package) on these lines: its standard output.
+pub fn halog(args: &[&str], lines: &[String]) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("halog")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("halog (Debian's haproxy package)");
+    let mut input = child.stdin.take().expect("stdin");
+    for line in lines {
+        writeln!(input, "{line}").expect("to halog");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("halog");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -8,6 +8,9 @@
 
 mod raw;
 pub(crate) mod validate;
+mod write;
+
+pub use write::{Draft, DraftFrontend, DraftTls};
 
 #[cfg(test)]
 mod tests;

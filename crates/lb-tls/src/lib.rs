@@ -20,7 +20,7 @@
 //!
 //! # Layout
 //! - `config`: the schema (`raw` serde structs, `validate` with `file:line:col` diagnostics)
-//!   and the typed values.
+//!   and the typed values; `write`: a [`Draft`] configuration written out as YAML.
 //! - `certs`: PEM files (key, chain), certificate directories, host names, OCSP responses.
 //! - `sni`: exact > wildcard > default certificate selection.
 //! - `tickets`: session-ticket keys (the master's, or `ticket_key_files`), swapped while serving.
@@ -62,7 +62,8 @@ mod test_server;
 mod tickets;
 
 pub use config::{
-    Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol, TlsSettings, WriteProxy,
+    Backend, BackendAddr, CertSource, ClientCert, Config, Draft, DraftFrontend, DraftTls, Frontend, Global, Protocol,
+    TlsSettings, WriteProxy,
 };
 pub use daemon::TlsDaemon;
 pub use error::Error;

@@ -35,6 +35,9 @@ Commands:
                help. show stat and show servers state are printed as tables (--json: objects
                by column name); other answers as they come.
   register     Register a server in ZooKeeper for lb-watcher (lbctl register --help).
+  import-haproxy FILE
+               Translate a haproxy.cfg into lb-proxy's configuration, on stdout
+               (lbctl import-haproxy --help).
 
 Options (before the command):
   -s, --socket SOCKET   The master's control socket.

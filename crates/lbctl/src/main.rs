@@ -34,10 +34,13 @@
 //! - `tables`: `show stat`, `show servers state`, `show info` as tables or JSON objects.
 //! - `exit`: the exit statuses.
 //! - `register`: `lbctl register`, a registrar-style ZooKeeper registration (lb-watcher's side).
+//! - `import_haproxy`: `lbctl import-haproxy FILE`, a haproxy.cfg translated into lb-proxy's
+//!   configuration (and lb-tls's).
 #![forbid(unsafe_code)]
 
 mod cli;
 mod exit;
+mod import_haproxy;
 mod register;
 mod render;
 mod socket;
@@ -55,6 +58,10 @@ fn main() -> ExitCode {
     // `lbctl register` talks to ZooKeeper, not to a master: its own command line.
     if std::env::args_os().nth(1).is_some_and(|a| a == "register") {
         return register::main(std::env::args_os().skip(2).collect());
+    }
+    // `lbctl import-haproxy` translates a file: no master involved either.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "import-haproxy") {
+        return import_haproxy::main(std::env::args_os().skip(2).collect());
     }
     let cli = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Run(cli)) => cli,

@@ -96,22 +96,8 @@ fn pattern_list(ctx: &mut Checker<'_>, path: &str, raw: &RawList) -> Option<Patt
     }
     match (&raw.file, &raw.values) {
         (Some(file), None) => {
-            let field = child(path, "file");
-            let file = ctx.path(&field, file)?;
-            let text = match std::fs::read_to_string(&file) {
-                Ok(text) => text,
-                Err(e) => {
-                    ctx.error(&field, format!("cannot read {}: {e}", file.display()));
-                    return None;
-                }
-            };
-            match parse_list_text(kind, &text) {
-                Ok(entries) => Some(PatternList { kind, file: Some(file), entries, ignore_case }),
-                Err((line, message)) => {
-                    ctx.error_in(&file.display().to_string(), line, path, format!("refused whole: {message}"));
-                    None
-                }
-            }
+            let (file, entries) = read_file(ctx, path, file, |text| parse_list_text(kind, text))?;
+            Some(PatternList { kind, file: Some(file), entries, ignore_case })
         }
         (None, Some(values)) => {
             let field = child(path, "values");
@@ -135,27 +121,39 @@ fn pattern_list(ctx: &mut Checker<'_>, path: &str, raw: &RawList) -> Option<Patt
     }
 }
 
+/// A list or map file (`path.file`) read and parsed; a bad line refuses it whole, the
+/// diagnostic pointing at the file's line.
+fn read_file<T>(
+    ctx: &mut Checker<'_>,
+    path: &str,
+    file: &str,
+    parse: impl FnOnce(&str) -> Result<T, (usize, String)>,
+) -> Option<(std::path::PathBuf, T)> {
+    let field = child(path, "file");
+    let file = ctx.path(&field, file)?;
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) => {
+            ctx.error(&field, format!("cannot read {}: {e}", file.display()));
+            return None;
+        }
+    };
+    match parse(&text) {
+        Ok(parsed) => Some((file, parsed)),
+        Err((line, message)) => {
+            ctx.error_in(&file.display().to_string(), line, path, format!("refused whole: {message}"));
+            None
+        }
+    }
+}
+
 fn map_def(ctx: &mut Checker<'_>, path: &str, raw: &RawMap) -> Option<MapDef> {
     let matching = ctx.keyword(path, "match", raw.matching.as_ref(), MapMatch::KEYWORDS).unwrap_or(MapMatch::Exact);
     let ignore_case = raw.ignore_case.unwrap_or(false);
     match (&raw.file, &raw.entries) {
         (Some(file), None) => {
-            let field = child(path, "file");
-            let file = ctx.path(&field, file)?;
-            let text = match std::fs::read_to_string(&file) {
-                Ok(text) => text,
-                Err(e) => {
-                    ctx.error(&field, format!("cannot read {}: {e}", file.display()));
-                    return None;
-                }
-            };
-            match parse_map_text(&text) {
-                Ok(entries) => Some(MapDef { matching, file: Some(file), entries, ignore_case }),
-                Err((line, message)) => {
-                    ctx.error_in(&file.display().to_string(), line, path, format!("refused whole: {message}"));
-                    None
-                }
-            }
+            let (file, entries) = read_file(ctx, path, file, parse_map_text)?;
+            Some(MapDef { matching, file: Some(file), entries, ignore_case })
         }
         (None, Some(raw_entries)) => {
             let field = child(path, "entries");

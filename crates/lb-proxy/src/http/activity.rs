@@ -56,6 +56,8 @@ struct State {
     /// The client's bytes cut into requests beside hyper, for the checks hyper cannot make on
     /// the raw head.
     raw: RawRequests,
+    /// Content-Length lines of the last request's raw head (when counted).
+    content_lengths: usize,
     /// The log line of the last response, written once hyper has flushed it: only then is the
     /// count of bytes sent (head and body, HAProxy's bytes_read) known.
     pending_log: Option<PendingLog>,
@@ -157,6 +159,7 @@ impl Activity {
                 read: 0,
                 read_logged: 0,
                 raw: RawRequests::new(read_buffer),
+                content_lengths: 0,
                 pending_log: None,
                 io_closed: false,
                 unflushed: false,
@@ -231,9 +234,20 @@ impl Activity {
         }
         s.response_base = s.written;
         let claimed = s.raw.claim(has_transfer_encoding, refused, after);
+        s.content_lengths = claimed.content_lengths;
         // Busy: no deadline, nothing for the watchdog to do sooner.
         let at = s.first_byte.take().unwrap_or_else(Instant::now);
         (at, claimed.conflict, claimed.head)
+    }
+
+    /// Count the Content-Length lines of each request's raw head (a rule tests their number).
+    pub(crate) fn count_content_lengths(&self) {
+        self.lock().raw.count_lengths = true;
+    }
+
+    /// The Content-Length lines of the request just started, as the client sent them.
+    pub(crate) fn content_lengths(&self) -> usize {
+        self.lock().content_lengths
     }
 
     /// The connection is a tunnel from now on: its bytes are no longer requests to check.

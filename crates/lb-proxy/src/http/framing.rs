@@ -38,6 +38,8 @@ pub(crate) struct Claimed {
     pub(crate) conflict: Option<&'static str>,
     /// The raw head, when asked for (a refused request, for `show errors`) or when refused here.
     pub(crate) head: Option<Vec<u8>>,
+    /// How many Content-Length lines the head has, when counted (see `count_lengths`).
+    pub(crate) content_lengths: usize,
 }
 
 /// The client's bytes not yet claimed by a request, and the body being skipped.
@@ -54,6 +56,10 @@ pub(crate) struct RawRequests {
     /// cannot read): no more checks here; hyper's own checks still apply, and what it takes for a
     /// request after an unreadable body it refuses.
     lost: bool,
+    /// Count each head's Content-Length lines: hyper merges identical ones into one header, and
+    /// a rule that refuses duplicates (HAProxy's `req.hdr_cnt(content-length) gt 1`) needs the
+    /// count the client sent.
+    pub(crate) count_lengths: bool,
 }
 
 /// Initial room for a request head; a connection that saw a larger one gives it back after.
@@ -88,7 +94,13 @@ enum Chunk {
 impl RawRequests {
     /// `buffer`: hyper's read buffer size (`max_buf_size`).
     pub(crate) fn new(buffer: usize) -> Self {
-        RawRequests { pending: Vec::new(), limit: buffer.saturating_mul(2), skip: Skip::Nothing, lost: false }
+        RawRequests {
+            pending: Vec::new(),
+            limit: buffer.saturating_mul(2),
+            skip: Skip::Nothing,
+            lost: false,
+            count_lengths: false,
+        }
     }
 
     /// Bytes read from the client, in order.
@@ -114,15 +126,16 @@ impl RawRequests {
     /// conflict and the head is not parsed again); `keep_head`: hand the raw head back.
     pub(crate) fn claim(&mut self, transfer_encoding: bool, keep_head: bool, after: After) -> Claimed {
         if self.lost {
-            return Claimed { conflict: None, head: keep_head.then(|| self.take()) };
+            return Claimed { conflict: None, head: keep_head.then(|| self.take()), content_lengths: 0 };
         }
         let Some(end) = head_end(&self.pending) else {
             // hyper parsed a head we do not see whole: we lost track somewhere.
             self.lost = true;
-            return Claimed { conflict: None, head: keep_head.then(|| self.take()) };
+            return Claimed { conflict: None, head: keep_head.then(|| self.take()), content_lengths: 0 };
         };
         let head = &self.pending[..end];
         let conflict = if transfer_encoding { framing_conflict(head) } else { None };
+        let content_lengths = if self.count_lengths { count_lines(head, b"content-length:") } else { 0 };
         let head = (keep_head || conflict.is_some()).then(|| head.to_vec());
         self.pending.drain(..end);
         self.skip = match after {
@@ -138,7 +151,7 @@ impl RawRequests {
         if self.pending.is_empty() && self.pending.capacity() > 2 * MIN_CAPACITY {
             self.pending.shrink_to(MIN_CAPACITY);
         }
-        Claimed { conflict, head }
+        Claimed { conflict, head, content_lengths }
     }
 
     /// The connection became a tunnel (a 101): its bytes are no longer requests, and none is
@@ -240,6 +253,13 @@ fn size_line_end(size: u64) -> Step {
 /// Where the head at the front of `bytes` ends (just past its empty line), if it is all there.
 /// As httparse reads it: empty lines before the request line are skipped, and a line may end
 /// with LF alone.
+/// Header lines starting with `name` (lowercase, with its colon), in any case.
+fn count_lines(head: &[u8], name: &[u8]) -> usize {
+    head.split(|&b| b == b'\n')
+        .filter(|line| line.len() >= name.len() && line[..name.len()].eq_ignore_ascii_case(name))
+        .count()
+}
+
 fn head_end(bytes: &[u8]) -> Option<usize> {
     let start = bytes.iter().position(|&b| b != b'\r' && b != b'\n')?;
     let mut at = start;

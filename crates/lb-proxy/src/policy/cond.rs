@@ -229,8 +229,8 @@ impl Subject<'_> {
             Fetch::ResponseHeader(name) => self
                 .response
                 .is_some_and(|(_, h)| h.get_all(name.as_str()).iter().any(|v| v.to_str().is_ok_and(&mut test))),
-            Fetch::Query(name) => self.query_values(name).any(|v| test(v)),
-            Fetch::Cookie(name) => self.cookie_values(name).any(|v| test(v)),
+            Fetch::Query(name) => self.query_values(name).any(&mut test),
+            Fetch::Cookie(name) => self.cookie_values(name).any(&mut test),
             single => self.value(single).is_some_and(|v| test(&v)),
         }
     }

@@ -111,7 +111,7 @@ fn slot<T>(by_len: &mut Vec<(u8, HashSet<T>)>, prefix: u8) -> &mut HashSet<T> {
         None => {
             by_len.push((prefix, HashSet::new()));
             // Longest prefixes first: host entries, the commonest, are probed first.
-            by_len.sort_by(|a, b| b.0.cmp(&a.0));
+            by_len.sort_by_key(|(p, _)| std::cmp::Reverse(*p));
             by_len.iter().position(|(p, _)| *p == prefix).unwrap_or(0)
         }
     };

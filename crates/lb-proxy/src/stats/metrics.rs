@@ -211,8 +211,30 @@ pub(crate) fn render(proxy: &Proxy, procs: Option<&ProcTable>) -> String {
     frontends(&mut out, proxy);
     backends(&mut out, proxy);
     servers(&mut out, proxy);
+    rules(&mut out, proxy);
     tables(&mut out, proxy);
     out
+}
+
+/// Each rule's hits (`show rules`), labelled by frontend, list, place and action.
+fn rules(out: &mut String, proxy: &Proxy) {
+    let hits: Vec<(String, &str, String, &str, u64)> = proxy
+        .frontends
+        .iter()
+        .flat_map(|fe| {
+            fe.policy
+                .hits()
+                .into_iter()
+                .map(move |(kind, i, action, n)| (fe.name().to_owned(), kind, i.to_string(), action, n))
+        })
+        .collect();
+    if hits.is_empty() {
+        return;
+    }
+    let samples = hits.iter().map(|(fe, kind, index, action, n)| {
+        (vec![("proxy", fe.as_str()), ("rules", *kind), ("index", index.as_str()), ("action", *action)], *n)
+    });
+    family(out, "lb_proxy_rule_hits_total", "counter", "Requests or responses a rule applied to.", samples);
 }
 
 /// The limit tables: entries, size, evictions, keys refused on a full table, denials by reason.

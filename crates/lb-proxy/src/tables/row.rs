@@ -76,10 +76,6 @@ impl Layout {
         self.offsets[data.index()] != NONE
     }
 
-    pub(crate) fn bucket(&self) -> Option<&Bucket> {
-        self.bucket.as_ref().map(|(_, b)| b)
-    }
-
     /// What each cell holds, for a hand-over to carry it.
     pub(crate) fn cells(&self) -> Vec<Cell> {
         let mut kinds = vec![Cell::Plain; self.width];

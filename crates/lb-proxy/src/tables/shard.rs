@@ -214,15 +214,6 @@ impl Shard {
         })
     }
 
-    /// Every entry from the least recently touched on (a snapshot restores in this order, so
-    /// that the most recent end up at the front again).
-    pub(crate) fn slots_oldest_first(&self) -> impl Iterator<Item = u32> + '_ {
-        std::iter::successors((self.tail != END).then_some(self.tail), |&slot| {
-            let prev = self.metas[slot as usize].prev;
-            (prev != END).then_some(prev)
-        })
-    }
-
     /// Removes every entry not in use; how many went.
     pub(crate) fn clear(&mut self, width: usize, hash_of: &impl Fn(&Key) -> u64) -> usize {
         let idle: Vec<u32> = self.slots().filter(|&s| self.metas[s as usize].refs == 0).collect();
@@ -233,6 +224,7 @@ impl Shard {
     }
 
     /// Bytes held, for the memory figures.
+    #[cfg(test)]
     pub(crate) fn allocated(&self) -> usize {
         self.index.capacity() * (std::mem::size_of::<u32>() + 1)
             + self.metas.capacity() * std::mem::size_of::<Meta>()

@@ -5,6 +5,7 @@ use lb_config::{Bucket, DataType, KeyType, Store, Table as TableConfig};
 
 use super::*;
 use crate::tables::handover;
+use crate::tables::track::Held;
 
 fn store(data: DataType, period: Option<u64>) -> Store {
     Store { data, period: period.map(Duration::from_secs) }

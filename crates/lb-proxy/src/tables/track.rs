@@ -24,6 +24,7 @@ impl Held {
     }
 
     /// Tracks a new request from `key`: `http_req_cnt`, `http_req_rate`, `http_req_cur` go up.
+    #[cfg(test)]
     pub(crate) fn request(table: &Arc<Table>, key: Key, now: Now) -> Option<Held> {
         let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
         Held::start(table, key, now, counted, DataType::HttpReqCur)
@@ -37,14 +38,6 @@ impl Held {
             *refs += 1;
         })?;
         Some(Held { table: table.clone(), key, current })
-    }
-
-    pub(crate) fn table(&self) -> &Arc<Table> {
-        &self.table
-    }
-
-    pub(crate) fn key(&self) -> &Key {
-        &self.key
     }
 
     /// Runs `f` on the held entry (it is there: an entry in use is never removed, except by

@@ -1,9 +1,10 @@
 //! serde structs mirroring the YAML, exactly as written: every field optional, unknown keys
 //! refused, no interpretation (that is validation's job, which knows where each value sits).
+//! `write` fills the same structs to write a configuration out, so the two cannot drift apart.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
     pub(crate) global: Option<RawGlobal>,
@@ -12,7 +13,7 @@ pub(crate) struct RawConfig {
     pub(crate) frontends: Option<Vec<RawFrontend>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGlobal {
     pub(crate) control_socket: Option<String>,
@@ -38,7 +39,7 @@ pub(crate) struct RawGlobal {
 
 /// TLS settings: under `tls:` for every frontend, and under a frontend's own `tls:` for
 /// that frontend (each key given there replaces the global one).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTls {
     pub(crate) certificates: Option<Vec<RawCertificate>>,
@@ -57,28 +58,28 @@ pub(crate) struct RawTls {
 }
 
 /// `- /path/cert.pem` or `- { pem: /path/cert.pem, ocsp: /path/cert.ocsp }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub(crate) enum RawCertificate {
     Path(String),
     Full(RawCertificateFull),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCertificateFull {
     pub(crate) pem: String,
     pub(crate) ocsp: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawBackend {
     pub(crate) address: Option<String>,
     pub(crate) write_proxy: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFrontend {
     pub(crate) bind: Option<String>,

@@ -57,8 +57,6 @@ pub(crate) struct RawTable {
     pub(crate) store: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) limit_req: Option<RawLimitReq>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) global: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -25,8 +25,6 @@ pub struct Table {
     pub store: Vec<Store>,
     /// nginx's `limit_req`: a token bucket per entry, `None` when not asked for.
     pub bucket: Option<Bucket>,
-    /// A fleet-wide limit: each node enforces its share (limit ÷ live nodes).
-    pub global: bool,
 }
 
 /// What a table's keys are.
@@ -283,7 +281,7 @@ mod tests {
 
     #[test]
     fn every_data_type_reads_back_from_its_name_and_has_its_own_index() {
-        let mut seen = vec![false; DataType::COUNT];
+        let mut seen = [false; DataType::COUNT];
         for data in DataType::all() {
             assert_eq!(DataType::parse(&data.to_string()), Some(data));
             assert!(!std::mem::replace(&mut seen[data.index()], true), "{data} shares an index");

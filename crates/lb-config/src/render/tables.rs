@@ -45,7 +45,6 @@ fn table(t: &Table) -> RawTable {
             nodelay: Some(b.nodelay),
             delay: Some(i64::from(b.delay)),
         }),
-        global: Some(t.global),
     }
 }
 

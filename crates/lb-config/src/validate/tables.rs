@@ -87,7 +87,7 @@ fn one(ctx: &mut Checker<'_>, path: &str, name: &str, raw: &RawTable) -> Table {
     if store.is_empty() && bucket.is_none() {
         ctx.error(path, "the table stores nothing: add `store: [...]` (e.g. `http_req_rate(10s)`) or `limit_req`");
     }
-    Table { name: name.to_owned(), key, size, expire, store, bucket, global: raw.global.unwrap_or(false) }
+    Table { name: name.to_owned(), key, size, expire, store, bucket }
 }
 
 fn size(ctx: &mut Checker<'_>, field: &str, raw: Option<&Value>) -> usize {

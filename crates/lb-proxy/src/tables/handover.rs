@@ -303,8 +303,11 @@ fn parse(bytes: &[u8]) -> Option<Vec<Handed>> {
     Some(out)
 }
 
-/// What the cells of a table of this signature are, read back from the signature itself.
-fn signature_layout(name: &str, signature: &str) -> Option<(Vec<Cell>, Vec<(DataType, u32)>)> {
+/// What the cells of a table's entries hold, and the data types stored with their periods.
+type Shape = (Vec<Cell>, Vec<(DataType, u32)>);
+
+/// The [`Shape`] of a table of this signature, read back from the signature itself.
+fn signature_layout(name: &str, signature: &str) -> Option<Shape> {
     let mut parts = signature.splitn(3, ';');
     let (_, store, bucket) = (parts.next()?, parts.next()?, parts.next()?);
     let mut stores = Vec::new();
@@ -328,14 +331,13 @@ fn signature_layout(name: &str, signature: &str) -> Option<(Vec<Cell>, Vec<(Data
             nodelay: false,
             delay: 0,
         }),
-        global: false,
     };
     let layout = Layout::new(&config);
     let stored = layout.stored().map(|d| (d, layout.period_ms(d))).collect();
     Some((layout.cells(), stored))
 }
 
-fn full_cells(rest: &mut &[u8], kinds: &(Vec<Cell>, Vec<(DataType, u32)>), now: u64) -> Option<Vec<u32>> {
+fn full_cells(rest: &mut &[u8], kinds: &Shape, now: u64) -> Option<Vec<u32>> {
     kinds
         .0
         .iter()
@@ -350,7 +352,7 @@ fn full_cells(rest: &mut &[u8], kinds: &(Vec<Cell>, Vec<(DataType, u32)>), now: 
         .collect()
 }
 
-fn delta_values(rest: &mut &[u8], kinds: &(Vec<Cell>, Vec<(DataType, u32)>), now: u64) -> Option<Vec<u32>> {
+fn delta_values(rest: &mut &[u8], kinds: &Shape, now: u64) -> Option<Vec<u32>> {
     let mut out = Vec::new();
     for &(data, period) in &kinds.1 {
         match data {

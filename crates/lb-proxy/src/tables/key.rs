@@ -125,7 +125,7 @@ impl fmt::Display for Shown<'_> {
                 };
                 match v6.to_ipv4_mapped() {
                     Some(v4) if v4_prefix < 32 => write!(f, "{v4}/{v4_prefix}"),
-                    Some(v4) => write!(f, "{}", Ipv4Addr::from(v4)),
+                    Some(v4) => write!(f, "{v4}"),
                     None if v6_prefix < 128 => write!(f, "{v6}/{v6_prefix}"),
                     None => write!(f, "{v6}"),
                 }

@@ -19,7 +19,6 @@ pub(crate) fn config(name: &str, size: usize, store: Vec<Store>) -> TableConfig 
         expire: Duration::from_secs(600),
         store,
         bucket: None,
-        global: false,
     }
 }
 

@@ -94,52 +94,44 @@ pub enum DataType {
     Gpt(u8),
 }
 
+/// The data types without a number, with HAProxy's names, in the order of their index.
+const NAMED: [(DataType, &str); 14] = [
+    (DataType::ConnCnt, "conn_cnt"),
+    (DataType::ConnCur, "conn_cur"),
+    (DataType::ConnRate, "conn_rate"),
+    (DataType::HttpReqCnt, "http_req_cnt"),
+    (DataType::HttpReqCur, "http_req_cur"),
+    (DataType::HttpReqRate, "http_req_rate"),
+    (DataType::HttpErrCnt, "http_err_cnt"),
+    (DataType::HttpErrRate, "http_err_rate"),
+    (DataType::HttpFailCnt, "http_fail_cnt"),
+    (DataType::HttpFailRate, "http_fail_rate"),
+    (DataType::BytesInCnt, "bytes_in_cnt"),
+    (DataType::BytesInRate, "bytes_in_rate"),
+    (DataType::BytesOutCnt, "bytes_out_cnt"),
+    (DataType::BytesOutRate, "bytes_out_rate"),
+];
+
+const GPC: [&str; GENERAL_PURPOSE as usize] = ["gpc0", "gpc1", "gpc2", "gpc3", "gpc4", "gpc5", "gpc6", "gpc7"];
+const GPT: [&str; GENERAL_PURPOSE as usize] = ["gpt0", "gpt1", "gpt2", "gpt3", "gpt4", "gpt5", "gpt6", "gpt7"];
+
 impl DataType {
     /// Every data type, in the order of their index (`gpc`/`gpt` each [`GENERAL_PURPOSE`] times).
     pub fn all() -> impl Iterator<Item = DataType> {
-        use DataType::*;
-        let fixed = [
-            ConnCnt,
-            ConnCur,
-            ConnRate,
-            HttpReqCnt,
-            HttpReqCur,
-            HttpReqRate,
-            HttpErrCnt,
-            HttpErrRate,
-            HttpFailCnt,
-            HttpFailRate,
-            BytesInCnt,
-            BytesInRate,
-            BytesOutCnt,
-            BytesOutRate,
-        ];
-        fixed.into_iter().chain((0..GENERAL_PURPOSE).map(Gpc)).chain((0..GENERAL_PURPOSE).map(Gpt))
+        let numbered = (0..GENERAL_PURPOSE).map(DataType::Gpc).chain((0..GENERAL_PURPOSE).map(DataType::Gpt));
+        NAMED.iter().map(|(d, _)| *d).chain(numbered)
     }
 
     /// How many data types there are ([`index`](Self::index) is below it).
-    pub const COUNT: usize = 14 + 2 * GENERAL_PURPOSE as usize;
+    pub const COUNT: usize = NAMED.len() + 2 * GENERAL_PURPOSE as usize;
 
     /// A dense number for each data type, for tables indexed by it.
     pub fn index(self) -> usize {
-        use DataType::*;
+        let last = GENERAL_PURPOSE - 1;
         match self {
-            ConnCnt => 0,
-            ConnCur => 1,
-            ConnRate => 2,
-            HttpReqCnt => 3,
-            HttpReqCur => 4,
-            HttpReqRate => 5,
-            HttpErrCnt => 6,
-            HttpErrRate => 7,
-            HttpFailCnt => 8,
-            HttpFailRate => 9,
-            BytesInCnt => 10,
-            BytesInRate => 11,
-            BytesOutCnt => 12,
-            BytesOutRate => 13,
-            Gpc(n) => 14 + usize::from(n.min(GENERAL_PURPOSE - 1)),
-            Gpt(n) => 14 + usize::from(GENERAL_PURPOSE) + usize::from(n.min(GENERAL_PURPOSE - 1)),
+            DataType::Gpc(n) => NAMED.len() + usize::from(n.min(last)),
+            DataType::Gpt(n) => NAMED.len() + usize::from(GENERAL_PURPOSE) + usize::from(n.min(last)),
+            named => NAMED.iter().position(|(d, _)| *d == named).unwrap_or(0),
         }
     }
 
@@ -157,54 +149,16 @@ impl DataType {
 
     /// HAProxy's name without a period: `http_req_rate`, `gpc0`. `None` for an unknown name.
     pub fn parse(name: &str) -> Option<DataType> {
-        use DataType::*;
-        let numbered = |prefix: &str| {
-            let n: u8 = name.strip_prefix(prefix)?.parse().ok()?;
-            (n < GENERAL_PURPOSE && name[prefix.len()..] == n.to_string()).then_some(n)
-        };
-        Some(match name {
-            "conn_cnt" => ConnCnt,
-            "conn_cur" => ConnCur,
-            "conn_rate" => ConnRate,
-            "http_req_cnt" => HttpReqCnt,
-            "http_req_cur" => HttpReqCur,
-            "http_req_rate" => HttpReqRate,
-            "http_err_cnt" => HttpErrCnt,
-            "http_err_rate" => HttpErrRate,
-            "http_fail_cnt" => HttpFailCnt,
-            "http_fail_rate" => HttpFailRate,
-            "bytes_in_cnt" => BytesInCnt,
-            "bytes_in_rate" => BytesInRate,
-            "bytes_out_cnt" => BytesOutCnt,
-            "bytes_out_rate" => BytesOutRate,
-            _ => return numbered("gpc").map(Gpc).or_else(|| numbered("gpt").map(Gpt)),
-        })
+        DataType::all().find(|d| d.name() == name)
     }
-}
 
-impl DataType {
     /// HAProxy's name: `http_req_rate`, `gpc0`.
     pub fn name(self) -> &'static str {
-        use DataType::*;
-        const GPC: [&str; GENERAL_PURPOSE as usize] = ["gpc0", "gpc1", "gpc2", "gpc3", "gpc4", "gpc5", "gpc6", "gpc7"];
-        const GPT: [&str; GENERAL_PURPOSE as usize] = ["gpt0", "gpt1", "gpt2", "gpt3", "gpt4", "gpt5", "gpt6", "gpt7"];
+        let last = GENERAL_PURPOSE - 1;
         match self {
-            ConnCnt => "conn_cnt",
-            ConnCur => "conn_cur",
-            ConnRate => "conn_rate",
-            HttpReqCnt => "http_req_cnt",
-            HttpReqCur => "http_req_cur",
-            HttpReqRate => "http_req_rate",
-            HttpErrCnt => "http_err_cnt",
-            HttpErrRate => "http_err_rate",
-            HttpFailCnt => "http_fail_cnt",
-            HttpFailRate => "http_fail_rate",
-            BytesInCnt => "bytes_in_cnt",
-            BytesInRate => "bytes_in_rate",
-            BytesOutCnt => "bytes_out_cnt",
-            BytesOutRate => "bytes_out_rate",
-            Gpc(n) => GPC[usize::from(n.min(GENERAL_PURPOSE - 1))],
-            Gpt(n) => GPT[usize::from(n.min(GENERAL_PURPOSE - 1))],
+            DataType::Gpc(n) => GPC[usize::from(n.min(last))],
+            DataType::Gpt(n) => GPT[usize::from(n.min(last))],
+            named => NAMED.iter().find(|(d, _)| *d == named).map_or("", |(_, name)| name),
         }
     }
 }

@@ -104,7 +104,7 @@ pub(in crate::validate) fn response_rules(
 }
 
 /// A rule's one action key and its argument, and its `if`/`unless`.
-fn split_rule<'v>(
+pub(super) fn split_rule<'v>(
     ctx: &mut Checker<'_>,
     at: &str,
     value: &'v Value,

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_yaml::{Mapping, Value};
 
-use super::actions::{fetch_spec, reply};
-use super::{guard, keys_of, Names};
+use super::actions::{fetch_spec, reply, split_rule};
+use super::Names;
 use crate::check::Checker;
 use crate::locate::{child, item};
 use crate::policy::{Condition, Fetch};
@@ -24,20 +24,7 @@ pub(in crate::validate) fn connection_rules(
     let mut rules = Vec::new();
     for (i, value) in raw.into_iter().flatten().enumerate() {
         let at = item(path, i);
-        let Value::Mapping(map) = value else {
-            ctx.error(&at, "expected a rule: `{ track: {...} }` or `{ reject: true, if: ... }`");
-            continue;
-        };
-        let actions: Vec<(&str, &Value)> = map
-            .iter()
-            .filter_map(|(k, v)| k.as_str().map(|k| (k, v)))
-            .filter(|(k, _)| !matches!(*k, "if" | "unless"))
-            .collect();
-        let [(key, arg)] = actions[..] else {
-            ctx.error(&at, format!("a rule has exactly one action (plus `if` or `unless`); found {}", keys_of(map)));
-            continue;
-        };
-        let guard = guard(ctx, &at, map.get("if"), map.get("unless"), names);
+        let Some((key, arg, guard)) = split_rule(ctx, &at, value, names) else { continue };
         if let Some(g) = &guard {
             if let Some(fetch) = not_at_accept(&g.condition) {
                 let what = fetch.key().0;

@@ -170,11 +170,11 @@ impl Table {
         self.denials[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn hash(&self, key: &Key) -> u64 {
+    pub(crate) fn hash(&self, key: &Key) -> u64 {
         self.hasher.hash_one(key)
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
+    pub(crate) fn shard(&self, hash: u64) -> MutexGuard<'_, Shard> {
         // Bits the index does not use for its own buckets or tags.
         let i = (hash >> 32) as usize & (self.shards.len() - 1);
         self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
@@ -183,45 +183,78 @@ impl Table {
     /// Runs `f` on `key`'s entry, made when absent, and marks it just used; `None` when the
     /// table could not make room (its shard full of entries in use).
     pub(crate) fn update<R>(&self, key: &Key, now: Now, f: impl FnOnce(&mut Row<'_>, &mut u32) -> R) -> Option<R> {
-        let hash = self.hash(key);
+        self.update_at(key, self.hash(key), None, now, f).map(|(r, _)| r)
+    }
+
+    /// [`update`](Self::update) with the key's hash known, and where the entry was (`hint`: a
+    /// slot it held, checked before use, so that an entry in use is found without a search).
+    /// Also says where it is now.
+    pub(crate) fn update_at<R>(
+        &self,
+        key: &Key,
+        hash: u64,
+        hint: Option<u32>,
+        now: Now,
+        f: impl FnOnce(&mut Row<'_>, &mut u32) -> R,
+    ) -> Option<(R, u32)> {
         let width = self.layout.width;
         let mut shard = self.shard(hash);
-        let hash_of = |k: &Key| self.hash(k);
-        let full = |_| self.len.load(Ordering::Relaxed) >= self.config.size;
-        let found = shard.find_or_insert(hash, key, width, self.shard_cap, now.secs(), full, &hash_of);
-        let slot = match found {
-            Some(Found::Existing(slot)) => slot,
-            Some(Found::New { slot, evicted, purged }) => {
-                if evicted {
-                    self.evictions.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.len.fetch_add(1, Ordering::Relaxed);
-                }
-                self.len.fetch_sub(purged, Ordering::Relaxed);
-                slot
-            }
+        let slot = match hint.filter(|&slot| shard.holds(slot, key)) {
+            Some(slot) => slot,
             None => {
-                self.full.fetch_add(1, Ordering::Relaxed);
-                return None;
+                let hash_of = |k: &Key| self.hash(k);
+                let full = |_| self.len.load(Ordering::Relaxed) >= self.config.size;
+                match shard.find_or_insert(hash, key, width, self.shard_cap, now.secs(), full, &hash_of) {
+                    Some(Found::Existing(slot)) => slot,
+                    Some(Found::New { slot, evicted, purged }) => {
+                        if evicted {
+                            self.evictions.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            self.len.fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.len.fetch_sub(purged, Ordering::Relaxed);
+                        slot
+                    }
+                    None => {
+                        self.full.fetch_add(1, Ordering::Relaxed);
+                        return None;
+                    }
+                }
             }
         };
         shard.touch(slot, now.secs(), self.expire_secs);
         let (meta, cells) = shard.entry_mut(slot, width);
         let mut row = Row { layout: &self.layout, cells, now };
-        Some(f(&mut row, &mut meta.refs))
+        Some((f(&mut row, &mut meta.refs), slot))
     }
 
     /// Runs `f` on `key`'s entry if there is a live one, without touching it.
+    #[cfg(test)]
     pub(crate) fn read<R>(&self, key: &Key, now: Now, f: impl FnOnce(&Row<'_>) -> R) -> Option<R> {
-        let hash = self.hash(key);
+        self.read_at(key, self.hash(key), None, now, f)
+    }
+
+    /// [`read`](Self::read) with the key's hash known and a slot it held (see
+    /// [`update_at`](Self::update_at)).
+    pub(crate) fn read_at<R>(
+        &self,
+        key: &Key,
+        hash: u64,
+        hint: Option<u32>,
+        now: Now,
+        f: impl FnOnce(&Row<'_>) -> R,
+    ) -> Option<R> {
         let width = self.layout.width;
         let mut shard = self.shard(hash);
-        let slot = shard.find(hash, key)?;
-        let meta = &shard.metas[slot as usize];
+        let slot = match hint.filter(|&slot| shard.holds(slot, key)) {
+            Some(slot) => slot,
+            None => shard.find(hash, key)?,
+        };
+        let (meta, cells) = shard.entry_mut(slot, width);
         if meta.expire < now.secs() && meta.refs == 0 {
             return None;
         }
-        let row = Row { layout: &self.layout, cells: shard.cells_mut(slot, width), now };
+        let row = Row { layout: &self.layout, cells, now };
         Some(f(&row))
     }
 

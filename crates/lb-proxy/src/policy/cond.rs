@@ -181,7 +181,7 @@ impl CTest {
         }
         // A tracked figure is a number: compared as one, without making text of it.
         if let Fetch::Sc { slot, data } = self.fetch {
-            let value = s.tracked.and_then(|t| t.read(slot, data, crate::tables::Now::read()));
+            let value = s.tracked.and_then(|t| t.read(slot, data));
             match (&self.matcher, value) {
                 (CMatch::Exists(want), v) => return v.is_some() == *want,
                 (CMatch::Int(c), Some(v)) => return compare(c, i64::try_from(v).unwrap_or(i64::MAX)),
@@ -270,10 +270,9 @@ impl Subject<'_> {
             }
             Fetch::Query(name) => self.query_values(name).next().map(Cow::Borrowed),
             Fetch::Cookie(name) => self.cookie_values(name).next().map(Cow::Borrowed),
-            Fetch::Sc { slot, data } => self
-                .tracked
-                .and_then(|t| t.read(*slot, *data, crate::tables::Now::read()))
-                .map(|v| Cow::Owned(v.to_string())),
+            Fetch::Sc { slot, data } => {
+                self.tracked.and_then(|t| t.read(*slot, *data)).map(|v| Cow::Owned(v.to_string()))
+            }
         }
     }
 

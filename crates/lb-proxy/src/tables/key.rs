@@ -19,15 +19,21 @@ impl Key {
     /// An address's key: `ip` reduced to its network when the table groups by prefix.
     pub(crate) fn ip(kind: &KeyType, ip: IpAddr) -> Option<Key> {
         let KeyType::Ip { v4_prefix, v6_prefix } = *kind else { return None };
-        let v6 = match ip {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-            IpAddr::V6(v6) => v6,
+        let v4 = match ip {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(v6) => v6.to_ipv4_mapped(),
         };
-        let bits = u128::from(v6);
         // An IPv4 address's prefix counts from its own first bit (the mapped form's 97th).
-        let keep = if v6.to_ipv4_mapped().is_some() { 96 + u32::from(v4_prefix) } else { u32::from(v6_prefix) };
-        let mask = if keep >= 128 { u128::MAX } else { !(u128::MAX >> keep) };
-        Some(Key::Ip((bits & mask).to_be_bytes()))
+        let (mut octets, keep) = match (v4, ip) {
+            (Some(v4), _) => (v4.to_ipv6_mapped().octets(), 96 + usize::from(v4_prefix)),
+            (None, IpAddr::V6(v6)) => (v6.octets(), usize::from(v6_prefix)),
+            (None, IpAddr::V4(_)) => return None,
+        };
+        if keep < 128 {
+            octets[keep / 8] &= !(0xffu8 >> (keep % 8));
+            octets[keep / 8 + 1..].fill(0);
+        }
+        Some(Key::Ip(octets))
     }
 
     /// A text key: at most the table's `len` bytes are kept.

@@ -16,7 +16,7 @@ use lb_config::{Bucket, DataType, Store, Table};
 /// Milliseconds since 2025-01-01 UTC: cells keep times as 32-bit offsets from it (period
 /// numbers, expiry seconds), the same in every worker, so that entries keep their meaning
 /// when handed to the next one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Now(pub(crate) u64);
 
 const EPOCH_UNIX_MS: u64 = 1_735_689_600_000;

@@ -63,6 +63,11 @@ impl Shard {
         self.len
     }
 
+    /// Whether `slot` holds `key`'s entry, in use (a holder's hint that is still right).
+    pub(crate) fn holds(&self, slot: u32, key: &Key) -> bool {
+        self.metas.get(slot as usize).is_some_and(|m| m.refs > 0 && m.key == *key)
+    }
+
     pub(crate) fn find(&self, hash: u64, key: &Key) -> Option<u32> {
         self.index.find(hash, |&slot| self.metas[slot as usize].key == *key).copied()
     }

@@ -63,16 +63,20 @@ fn counts_current_values_and_answers_land_where_they_belong() {
     let key = ip("2001:db8::7");
     let now = Now(T0);
     let conn = Held::connection(&table, key.clone(), now).expect("tracked");
+    let first = Held::request(&table, key.clone(), now).expect("tracked");
     let req = Held::request(&table, key.clone(), now).expect("tracked");
-    req.answered(now, 404, 100, 6_000_000_000);
-    req.answered(now, 503, 50, 1);
+    first.answered(now, 404, 100, 6_000_000_000);
     req.update(now, |row| {
         row.add(DataType::Gpc(0), 2);
         row.set(DataType::Gpt(3), 7);
     });
     let get = |data| table.read(&key, now, |row| row.get(data)).flatten();
     assert_eq!(get(DataType::ConnCur), Some(1));
-    assert_eq!(get(DataType::HttpReqCur), Some(1));
+    assert_eq!(get(DataType::HttpReqCur), Some(1), "the answered request is no longer in progress");
+    req.answered(now, 503, 50, 1);
+    assert_eq!(get(DataType::HttpReqCur), Some(0));
+    drop(first);
+    assert_eq!(get(DataType::HttpReqCur), Some(0), "let go once");
     assert_eq!(get(DataType::HttpErrRate), Some(1));
     assert_eq!(get(DataType::HttpFailCnt), Some(1));
     assert_eq!(get(DataType::BytesOutCnt), Some(6_000_000_001), "bytes are kept on 64 bits");

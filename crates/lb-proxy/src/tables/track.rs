@@ -1,6 +1,7 @@
 //! What a connection or a request tracks: a held key ([`Held`]), and a request's three slots
 //! ([`Tracked`], HAProxy's `sc0`–`sc2`) that the rules' `track` fills and their conditions read.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use lb_config::{DataType, Mark, SLOTS};
@@ -13,8 +14,14 @@ use super::{Key, Now, Reason, Row, Table, Verdict};
 pub(crate) struct Held {
     table: Arc<Table>,
     key: Key,
+    /// The key's hash and the entry's slot: an entry in use stays where it is, so the holder
+    /// finds it again without a search.
+    hash: u64,
+    slot: u32,
     /// The current value this holder raised (`conn_cur` or `http_req_cur`).
     current: DataType,
+    /// Let go already (with the request's answer): dropping does nothing more.
+    released: AtomicBool,
 }
 
 impl Held {
@@ -31,24 +38,41 @@ impl Held {
     }
 
     fn start(table: &Arc<Table>, key: Key, now: Now, counted: [DataType; 3], current: DataType) -> Option<Held> {
-        table.update(&key, now, |row, refs| {
+        let hash = table.hash(&key);
+        let ((), slot) = table.update_at(&key, hash, None, now, |row, refs| {
             for data in counted {
                 row.add(data, 1);
             }
             *refs += 1;
         })?;
-        Some(Held { table: table.clone(), key, current })
+        Some(Held::new(table, key, hash, slot, current))
     }
 
-    /// Runs `f` on the held entry (it is there: an entry in use is never removed, except by
-    /// `clear table`, after which this makes it again).
+    fn new(table: &Arc<Table>, key: Key, hash: u64, slot: u32, current: DataType) -> Held {
+        Held { table: table.clone(), key, hash, slot, current, released: AtomicBool::new(false) }
+    }
+
+    /// Runs `f` on the held entry (it is there: an entry in use is never removed).
     pub(crate) fn update<R>(&self, now: Now, f: impl FnOnce(&mut Row<'_>) -> R) -> Option<R> {
-        self.table.update(&self.key, now, |row, _| f(row))
+        self.table.update_at(&self.key, self.hash, Some(self.slot), now, |row, _| f(row)).map(|(r, _)| r)
     }
 
-    /// A request's answer: its status class and bytes counted.
+    fn read<R>(&self, now: Now, f: impl FnOnce(&Row<'_>) -> R) -> Option<R> {
+        self.table.read_at(&self.key, self.hash, Some(self.slot), now, f)
+    }
+
+    /// A request's answer, its status class and bytes counted; the entry is let go at the same
+    /// time (one visit instead of two).
     pub(crate) fn answered(&self, now: Now, status: u16, bytes_in: u64, bytes_out: u64) {
-        self.update(now, |row| count_answer(row, status, bytes_in, bytes_out));
+        if self.released.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let current = self.current;
+        self.table.update_at(&self.key, self.hash, Some(self.slot), now, |row, refs| {
+            count_answer(row, status, bytes_in, bytes_out);
+            row.sub(current);
+            *refs = refs.saturating_sub(1);
+        });
     }
 }
 
@@ -78,13 +102,15 @@ pub(crate) fn count_answer(row: &mut Row<'_>, status: u16, bytes_in: u64, bytes_
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let current = self.current;
-        let hash = self.table.hash(&self.key);
-        let mut shard = self.table.shard(hash);
-        if let Some(slot) = shard.find(hash, &self.key) {
+        if self.released.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut shard = self.table.shard(self.hash);
+        let slot = if shard.holds(self.slot, &self.key) { Some(self.slot) } else { shard.find(self.hash, &self.key) };
+        if let Some(slot) = slot {
             let (meta, cells) = shard.entry_mut(slot, self.table.layout.width);
             meta.refs = meta.refs.saturating_sub(1);
-            Row { layout: &self.table.layout, cells, now: Now(0) }.sub(current);
+            Row { layout: &self.table.layout, cells, now: Now(0) }.sub(self.current);
         }
     }
 }
@@ -97,6 +123,9 @@ pub(crate) struct Tracked {
     pub(crate) delay_ms: u64,
     /// Slots the rule that refused the request read (a bit each), for the denials' counts.
     pub(crate) read_by_refusal: u8,
+    /// When the first key was tracked: the request's figures are read as of then (a clock
+    /// reading saved per condition; the rules run within microseconds).
+    now: Now,
 }
 
 /// What tracking a key said.
@@ -120,9 +149,11 @@ impl Tracked {
         if place.is_some() {
             return TrackOutcome::Counted;
         }
+        self.now = now;
         let mut verdict = None;
         let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
-        let held = table.update(&key, now, |row, refs| {
+        let hash = table.hash(&key);
+        let held = table.update_at(&key, hash, None, now, |row, refs| {
             verdict = row.take();
             if matches!(verdict, Some(Verdict::Refuse { .. })) {
                 // nginx counts a refused request nowhere; HAProxy's rate counts every request
@@ -145,8 +176,8 @@ impl Tracked {
             Some(Verdict::Delay(ms)) => self.delay_ms = self.delay_ms.max(ms),
             Some(Verdict::Pass) | None => {}
         }
-        if held == Some(true) {
-            *place = Some(Held { table: table.clone(), key, current: DataType::HttpReqCur });
+        if let Some((true, slot)) = held {
+            *place = Some(Held::new(table, key, hash, slot, DataType::HttpReqCur));
         }
         TrackOutcome::Counted
     }
@@ -156,14 +187,15 @@ impl Tracked {
     pub(crate) fn track_connection(&mut self, slot: u8, table: &Arc<Table>, key: Key, now: Now) {
         let Some(place) = self.slots.get_mut(usize::from(slot)) else { return };
         if place.is_none() {
+            self.now = now;
             *place = Held::connection(table, key, now);
         }
     }
 
     /// A figure of the entry tracked in `slot` (`sc0` …), `None` when untracked or not stored.
-    pub(crate) fn read(&self, slot: u8, data: DataType, now: Now) -> Option<u64> {
+    pub(crate) fn read(&self, slot: u8, data: DataType) -> Option<u64> {
         let held = self.slots.get(usize::from(slot))?.as_ref()?;
-        held.table.read(&held.key, now, |row| row.get(data)).flatten()
+        held.read(self.now, |row| row.get(data)).flatten()
     }
 
     /// `set_gpt` / `inc_gpc` on the entry tracked in the mark's slot.

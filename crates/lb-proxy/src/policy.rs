@@ -68,6 +68,10 @@ pub(crate) fn strip_port(host: &str) -> &str {
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }
 
+/// A `tcp_request` rule closed the connection.
+#[derive(Debug)]
+pub(crate) struct Rejected;
+
 /// A rule's condition, with `unless` folded in.
 #[derive(Debug)]
 struct When {
@@ -261,13 +265,19 @@ impl FrontendPolicy {
         routes.chain(request).chain(response).chain(connection).collect()
     }
 
-    /// Runs the `tcp_request` rules on a new connection: what it tracks (held until it ends),
-    /// or `None` when it is to be closed at once.
-    pub(crate) fn on_connection(&self, facts: &ConnFacts, frontend: &str) -> Option<crate::tables::Tracked> {
+    /// Runs the `tcp_request` rules on a new connection: what it tracks (held until it ends;
+    /// boxed, so that a connection's task stays small when there is none), or `Err` when it is
+    /// to be closed at once.
+    pub(crate) fn on_connection(
+        &self,
+        facts: &ConnFacts,
+        frontend: &str,
+    ) -> Result<Option<Box<crate::tables::Tracked>>, Rejected> {
         if self.connection.is_empty() {
-            return Some(crate::tables::Tracked::default());
+            return Ok(None);
         }
-        connection::run(&self.connection, facts, frontend)
+        let tracked = connection::run(&self.connection, facts, frontend).ok_or(Rejected)?;
+        Ok((!tracked.is_empty()).then(|| Box::new(tracked)))
     }
 
     pub(crate) fn has_request_rules(&self) -> bool {

@@ -329,7 +329,7 @@ async fn handle(
         }
     }
     // `tcp_request`: what the connection tracks is held until it ends.
-    let Some(_tracked) = fe.policy.on_connection(&facts, fe.name()) else {
+    let Ok(_tracked) = fe.policy.on_connection(&facts, fe.name()) else {
         tracing::debug!(frontend = fe.name(), client = ?facts.client, "connection rejected (tcp_request)");
         return;
     };

@@ -2,7 +2,8 @@
 //! certificate fails the reload naming the file while the current worker keeps serving; a bad
 //! PEM inside a certificate directory is reported and skipped; rotation under load fails no
 //! handshake; sessions resume (TLS 1.2 and 1.3) within a worker and across a reload (the
-//! master's ticket keys).
+//! master's ticket keys, and for TLS 1.2 clients without tickets the session-ID cache, which
+//! each worker hands the next).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use lb_testkit::certs::TestCerts;
 use lb_testkit::sclient::{s_client, SClient};
-use lb_testkit::{run_lb_tls, TestServer, TlsProcess};
+use lb_testkit::{run_lb_tls, wait_until, TestServer, TlsProcess};
 
 const REQUEST: &[u8] = b"GET /ping HTTP/1.0\r\nHost: x\r\n\r\n";
 const WAIT: Duration = Duration::from_secs(10);
@@ -175,6 +176,36 @@ async fn resumption_across_a_reload() {
     for (version, session) in &sessions {
         let out = resume(&tls, version, session, false);
         assert_eq!(out.session(), Some("Reused"), "{version} after a reload: {}", out.text());
+        assert!(out.stdout.contains(" 200 OK"), "and it is served: {}", out.text());
+    }
+}
+
+/// A TLS 1.2 client that takes no ticket resumes by session ID, from the worker's cache: the
+/// old worker hands its cache to the new one, so the session resumes after a reload too, and
+/// after a second one (the sessions taken are handed on again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_ids_resume_across_reloads() {
+    let (certs, server, _first, _second, live) = setup();
+    let tls = TlsProcess::start_with(1, |ports| yaml(ports[0], &certificate_list(&[&live]), &server));
+    let session = certs.dir().join("session-id");
+    let file = session.display().to_string();
+    let first = get(&tls, &["-tls1_2", "-no_ticket", "-sess_out", &file]);
+    assert_eq!(first.session(), Some("New"), "{}", first.text());
+    assert!(!first.stdout.contains("TLS session ticket:"), "-no_ticket: no ticket: {}", first.text());
+    let again = get(&tls, &["-tls1_2", "-no_ticket", "-sess_in", &file]);
+    assert_eq!(again.session(), Some("Reused"), "within the worker: {}", again.text());
+    for reload in 1..=2 {
+        let before = tls.current_worker().await;
+        tls.reload().await.unwrap_or_else(|e| panic!("reload {reload}: {e}"));
+        assert_ne!(tls.current_worker().await, before, "a new worker serves");
+        // The new worker takes the sessions once it is ready; it says so.
+        let said = || -> Vec<String> {
+            tls.stderr().into_iter().filter(|l| l.contains("cached sessions taken from the previous worker")).collect()
+        };
+        assert!(wait_until(WAIT, || said().len() >= reload).await, "{:?}", tls.stderr());
+        assert!(said()[reload - 1].contains(": 1 of 1 cached sessions"), "{:?}", said());
+        let out = get(&tls, &["-tls1_2", "-no_ticket", "-sess_in", &file]);
+        assert_eq!(out.session(), Some("Reused"), "after reload {reload}: {}", out.text());
         assert!(out.stdout.contains(" 200 OK"), "and it is served: {}", out.text());
     }
 }

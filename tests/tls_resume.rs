@@ -3,11 +3,13 @@
 //! after `ticket_lifetime` (a full handshake, which succeeds); a ticket made with another
 //! instance's keys gets a full handshake, never a failure; instances sharing
 //! `ticket_key_files` resume each other's sessions; key rotation under a stream of handshakes
-//! fails none of them; a key file others can read is refused, naming it. (Resumption across a
-//! reload is in tls_reload.rs.)
+//! fails none of them; a key file others can read is refused, naming it; a client that sends
+//! nothing after its handshake still takes a TLS 1.3 ticket away. (Resumption across a reload is
+//! in tls_reload.rs.)
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lb_testkit::certs::TestCerts;
@@ -166,4 +168,51 @@ fn a_ticket_key_file_others_can_read_is_refused_naming_it() {
             && stderr.contains("readable by group or others"),
         "{stderr}"
     );
+}
+
+/// `sleep 1 | openssl s_client -connect ADDR ARGS…` as an operator types it, the pause shorter:
+/// no request, no `-ign_eof`; s_client leaves when its input ends. (With `</dev/null` it may
+/// leave before any server's ticket arrives: HAProxy's too.) What it printed.
+fn s_client_no_input(tls: &TlsProcess, args: &[&str]) -> String {
+    let mut child = Command::new("timeout")
+        .args(["10", "openssl", "s_client", "-connect", &tls.addr().to_string()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("running openssl s_client");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("s_client output");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn session_line(stdout: &str) -> Option<&str> {
+    stdout.lines().find(|l| l.starts_with("New,") || l.starts_with("Reused,"))
+}
+
+/// The check operations.md gives (`s_client -sess_out FILE` with no request, then `-sess_in`):
+/// the TLS 1.3 ticket leaves right after the handshake, as HAProxy sends it, not with the first
+/// response bytes (which never come), so a client that sends nothing saves a session and
+/// resumes it.
+#[test]
+fn a_client_that_sends_nothing_takes_a_tls13_ticket_away_and_resumes_with_it() {
+    let certs = TestCerts::new();
+    let server = TestServer::start("s1");
+    let pem = certs.server("api", &["api.example.test"]);
+    let tls = start(&pem, &server, "");
+    for attempt in 0..3 {
+        let session = certs.dir().join(format!("quiet-{attempt}"));
+        let file = session.display().to_string();
+        let first = s_client_no_input(&tls, &["-tls1_3", "-sess_out", &file]);
+        assert!(session_line(&first).is_some_and(|l| l.starts_with("New, TLSv1.3")), "attempt {attempt}: {first}");
+        let saved = std::fs::metadata(&session).map(|m| m.len()).unwrap_or(0);
+        assert!(saved > 0, "attempt {attempt}: no session saved (no ticket came): {first}");
+        let second = s_client_no_input(&tls, &["-tls1_3", "-sess_in", &file]);
+        assert!(
+            session_line(&second).is_some_and(|l| l.starts_with("Reused, TLSv1.3")),
+            "attempt {attempt}: the saved session resumes: {second}"
+        );
+    }
 }

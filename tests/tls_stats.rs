@@ -2,12 +2,13 @@
 //! info` (the library in use), the same through the runtime socket, and /metrics checked by
 //! Prometheus' own `promtool check metrics`. Real `openssl s_client` handshakes: full and
 //! resumed, TLS 1.2 and 1.3, failures of known kinds (plain HTTP to the TLS port, a protocol
-//! the frontend does not serve); the totals carry on across a reload.
+//! the frontend does not serve); the totals carry on across a reload; bytes are counted as they
+//! move, on a keep-alive connection still open, and `show info`'s totals are `show stat`'s.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use lb_testkit::certs::TestCerts;
@@ -160,4 +161,55 @@ fn unknown_runtime_commands_are_refused_with_haproxy_words() {
     let out = lbctl_blocking(&tls.control_socket(), &["set", "server", "a/b", "state", "drain"]);
     assert_eq!(out.code, Some(1), "refused: {out}");
     assert!((out.stdout.clone() + &out.stderr).contains("Unknown command: 'set server a/b state drain'"), "{out}");
+}
+
+/// `show info`'s field as a number (lbctl --json).
+fn info_value(tls: &TlsProcess, field: &str) -> u64 {
+    let out = lbctl_blocking(&tls.control_socket(), &["--json", "show", "info"]);
+    let info: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
+    info[field].as_u64().or_else(|| info[field].as_str()?.parse().ok()).unwrap_or_else(|| panic!("{field}: {info}"))
+}
+
+/// Bytes each way move `bin`/`bout` while the connection is still open (a keep-alive client
+/// is seen before it leaves), and `show info`'s `TotalBytesIn`/`TotalBytesOut` are those of
+/// `show stat`, summed.
+#[test]
+fn bytes_are_counted_as_they_move_and_show_info_agrees_with_show_stat() {
+    let certs = TestCerts::new();
+    let server = TestServer::start("s1");
+    let pem = certs.server("api", &["api.example.test"]);
+    let tls = start(&pem, &server, free_port());
+    assert_eq!((info_value(&tls, "TotalBytesIn"), info_value(&tls, "TotalBytesOut")), (0, 0));
+
+    let mut client = Command::new("openssl")
+        .args(["s_client", "-quiet", "-ign_eof", "-connect", &tls.addr().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("running openssl s_client");
+    let mut input = client.stdin.take().expect("its stdin");
+    let request: &[u8] = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut seen = (0, 0);
+    for n in 1..=2u64 {
+        input.write_all(request).expect("send a request");
+        input.flush().expect("flush");
+        let moved = wait_until_blocking(WAIT, || {
+            let row = stat_row(&tls);
+            value(&row, "bin") >= n * request.len() as u64 && value(&row, "bout") > seen.1
+        });
+        assert!(moved, "request {n} counted while its connection is open: {}", stat_row(&tls));
+        // The answer may still be on its way: the counters settle, then both views agree.
+        std::thread::sleep(Duration::from_millis(300));
+        let row = stat_row(&tls);
+        let now = (value(&row, "bin"), value(&row, "bout"));
+        assert_eq!(now.0, n * request.len() as u64, "the requests' bytes exactly: {row}");
+        assert!(now.1 > seen.1, "the answer's bytes: {row}");
+        assert_eq!((info_value(&tls, "TotalBytesIn"), info_value(&tls, "TotalBytesOut")), now, "show info: {row}");
+        seen = now;
+    }
+    assert_eq!(value(&stat_row(&tls), "scur"), 1, "still the one connection");
+    drop(input);
+    let _ = client.kill();
+    let _ = client.wait();
 }

@@ -83,6 +83,7 @@ impl Default for Global {
                 max_old_workers: Supervision::DEFAULT_MAX_OLD_WORKERS,
                 hard_stop_after: None,
                 worker_start_timeout: Supervision::DEFAULT_WORKER_START_TIMEOUT,
+                canary: None,
             },
             log: Log::default(),
             stats: None,

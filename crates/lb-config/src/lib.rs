@@ -72,7 +72,7 @@ pub use policy::{
     MapMatch, Matcher, Pattern, PatternList, Policy, Redirect, RedirectTo, Reply, RequestAction, RequestRule,
     ResponseAction, ResponseRule, RouteTarget, Template, TemplatePart, Test, UniqueId, Var,
 };
-pub use supervision::{loopback, supervision, RawSupervision, SocketDefaults};
+pub use supervision::{loopback, supervision, RawCanary, RawNumber, RawSupervision, SocketDefaults};
 pub use table::{
     Bucket, ConnectionAction, ConnectionRule, DataType, KeyType, Mark, Store, Table, Tarpit, Track, GENERAL_PURPOSE,
     SLOTS,

@@ -155,6 +155,8 @@ pub(crate) struct RawGlobal {
     pub(crate) runtime_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log: Option<RawLog>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) canary: Option<crate::RawCanary>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

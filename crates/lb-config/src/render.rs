@@ -67,6 +67,7 @@ fn global(g: &Global) -> RawGlobal {
         hard_stop_after: s.hard_stop_after.and_then(duration),
         close_spread: duration(g.close_spread),
         runtime_name: Some(g.runtime_name.clone()),
+        canary: s.canary.as_ref().map(crate::RawCanary::of),
         log: Some(RawLog {
             target: Some(g.log.target.to_string()),
             format: Some(g.log.format.to_string()),

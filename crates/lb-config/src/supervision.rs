@@ -1,5 +1,5 @@
 //! The `global` keys lb-supervisor reads (control and runtime sockets, user and group, worker
-//! threads, the reload limits), checked once for every daemon's schema.
+//! threads, the reload limits, `canary`), checked once for every daemon's schema.
 //!
 //! Each schema's raw `global` struct still declares these keys itself: serde's `flatten`, the
 //! one way to share a block of fields, buffers the whole map first, which loses every line
@@ -10,7 +10,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use lb_supervisor::{RuntimeEndpoints, Supervision};
+use lb_supervisor::{CanarySettings, Ratio, RuntimeEndpoints, Share, Supervision, TooLittleTraffic};
+use serde::{Deserialize, Serialize};
 
 use crate::check::Checker;
 use crate::locate::child;
@@ -27,6 +28,71 @@ pub struct RawSupervision<'a> {
     pub max_old_workers: Option<i64>,
     pub hard_stop_after: Option<&'a String>,
     pub worker_start_timeout: Option<&'a String>,
+    pub canary: Option<&'a RawCanary>,
+}
+
+/// `global.canary:` as written, the same block in every daemon's schema.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map of canary settings")]
+pub struct RawCanary {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub too_little_traffic: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_error_ratio: Option<RawNumber>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_error_rate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_p99_ratio: Option<RawNumber>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_p99_increase: Option<String>,
+}
+
+/// A number as YAML gives it (`2`, `1.5`), or as text.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged, expecting = "a number")]
+pub enum RawNumber {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl RawNumber {
+    fn text(&self) -> String {
+        match self {
+            RawNumber::Int(n) => n.to_string(),
+            RawNumber::Float(x) => x.to_string(),
+            RawNumber::Text(t) => t.clone(),
+        }
+    }
+}
+
+impl RawCanary {
+    /// The raw form of validated settings (`Config::to_yaml`).
+    pub fn of(settings: &CanarySettings) -> RawCanary {
+        let duration = |d| Some(crate::units::format_duration(d));
+        RawCanary {
+            share: Some(settings.share.to_string()),
+            duration: duration(settings.duration),
+            min_requests: Some(i64::try_from(settings.min_requests).unwrap_or(i64::MAX)),
+            too_little_traffic: Some(
+                match settings.too_little_traffic {
+                    TooLittleTraffic::Promote => "promote",
+                    TooLittleTraffic::Rollback => "rollback",
+                }
+                .to_owned(),
+            ),
+            max_error_ratio: Some(RawNumber::Text(settings.max_error_ratio.to_string())),
+            max_error_rate: Some(settings.max_error_rate.to_string()),
+            max_p99_ratio: Some(RawNumber::Text(settings.max_p99_ratio.to_string())),
+            max_p99_increase: duration(settings.max_p99_increase),
+        }
+    }
 }
 
 /// A daemon's sockets when `global` names none.
@@ -72,8 +138,48 @@ pub fn supervision(ctx: &mut Checker<'_>, raw: &RawSupervision<'_>, defaults: So
         worker_start_timeout: ctx
             .duration(path, "worker_start_timeout", raw.worker_start_timeout)
             .unwrap_or(Supervision::DEFAULT_WORKER_START_TIMEOUT),
+        canary: raw.canary.map(|raw| canary(ctx, &child(path, "canary"), raw)),
     };
     Some(Supervision { control_socket: control_socket?, ..supervision })
+}
+
+/// `global.canary`: every key optional, with the defaults lb-supervisor documents.
+fn canary(ctx: &mut Checker<'_>, path: &str, raw: &RawCanary) -> CanarySettings {
+    let defaults = CanarySettings::default();
+    let mut parsed = |key: &str, text: Option<String>, parse: &dyn Fn(&str) -> Result<u32, String>| {
+        let text = text?;
+        parse(&text).map_err(|message| ctx.error(&child(path, key), message)).ok()
+    };
+    let share = parsed("share", raw.share.clone(), &|t| Share::parse(t).map(Share::ppm)).map(Share::from_ppm);
+    let rate = parsed("max_error_rate", raw.max_error_rate.clone(), &|t| Share::parse(t).map(Share::ppm));
+    let error_ratio = parsed("max_error_ratio", raw.max_error_ratio.as_ref().map(RawNumber::text), &thousandths);
+    let p99_ratio = parsed("max_p99_ratio", raw.max_p99_ratio.as_ref().map(RawNumber::text), &thousandths);
+    let duration = ctx.duration(path, "duration", raw.duration.as_ref());
+    if duration.is_some_and(|d| d > std::time::Duration::from_secs(3600)) {
+        ctx.error(&child(path, "duration"), "the window must be at most 1h (a canary holds two workers)");
+    }
+    let table = [("promote", TooLittleTraffic::Promote), ("rollback", TooLittleTraffic::Rollback)];
+    CanarySettings {
+        share: share.unwrap_or(defaults.share),
+        duration: duration.unwrap_or(defaults.duration),
+        min_requests: ctx
+            .int(path, "min_requests", raw.min_requests, 0..=i64::MAX)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(defaults.min_requests),
+        too_little_traffic: ctx
+            .keyword(path, "too_little_traffic", raw.too_little_traffic.as_ref(), &table)
+            .unwrap_or(defaults.too_little_traffic),
+        max_error_ratio: error_ratio.map_or(defaults.max_error_ratio, Ratio::from_thousandths),
+        max_error_rate: rate.map_or(defaults.max_error_rate, Share::from_ppm),
+        max_p99_ratio: p99_ratio.map_or(defaults.max_p99_ratio, Ratio::from_thousandths),
+        max_p99_increase: ctx
+            .duration(path, "max_p99_increase", raw.max_p99_increase.as_ref())
+            .unwrap_or(defaults.max_p99_increase),
+    }
+}
+
+fn thousandths(text: &str) -> Result<u32, String> {
+    Ratio::parse(text).map(|r| r.thousandths())
 }
 
 /// An `IP:port` on loopback, for what is for this host only (`why`, in the message).

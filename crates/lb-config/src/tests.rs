@@ -1,5 +1,6 @@
 //! Unit tests, one module per concern under `tests/`.
 
+mod canary;
 mod diagnostics;
 mod example;
 mod pages;

@@ -238,4 +238,8 @@ impl Runtime for Handler {
         }
         self.0.proxy.counters_ready();
     }
+
+    fn figures(&self) -> Option<lb_supervisor::Figures> {
+        Some(stats::figures(&self.0.proxy))
+    }
 }

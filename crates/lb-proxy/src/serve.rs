@@ -126,7 +126,7 @@ pub async fn start_supervised(
             let listener = listeners
                 .take(&bind.address)
                 .ok_or_else(|| Error::MissingListener { frontend: fe.name.clone(), address: bind.address.clone() })?;
-            let listener = AsyncListener::from_std(listener)
+            let listener = AsyncListener::for_clients(listener, &bind.address)
                 .map_err(|source| Error::Listener { address: bind.address.clone(), source })?;
             accepts.push((state.clone(), bind.clone(), listener));
         }

@@ -9,9 +9,11 @@
 //! # Layout
 //! - this file: the CSV rows, ids, states, `show sess`, the counters snapshot.
 //! - `info`: `show info` and `show servers state`.
+//! - `figures`: what a worker reports for a canary's verdict.
 //! - `http`: the stats listener (HTML page, `/metrics`, `/;csv`); `html`, `metrics`: their bodies.
 
 mod columns;
+mod figures;
 mod html;
 mod http;
 mod info;
@@ -31,6 +33,7 @@ use crate::counters::{unix_now, Counters, ServerTotals, Snapshot};
 use crate::state::{FrontendState, Proxy};
 
 pub(crate) use columns::COLUMNS;
+pub(crate) use figures::figures;
 pub(crate) use http::serve as serve_http;
 pub(crate) use info::{info, servers_state};
 

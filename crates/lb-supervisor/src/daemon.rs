@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::canary::CanarySettings;
 use crate::runtime::{MasterLink, Runtime, RuntimeEndpoints};
 use crate::{ListenAddr, Listeners, SecretSpec, Settings, Shutdown, UnixAccess};
 
@@ -92,6 +93,8 @@ pub struct Supervision {
     pub hard_stop_after: Option<Duration>,
     /// A new worker not serving within this long is a failed reload.
     pub worker_start_timeout: Duration,
+    /// `global.canary`: every reload starts with a canary (`None`: only when asked).
+    pub canary: Option<CanarySettings>,
 }
 
 impl Supervision {
@@ -133,6 +136,7 @@ impl Plan {
                 hard_stop_after_ms: supervision.hard_stop_after.map(millis),
                 worker_start_timeout_ms: millis(supervision.worker_start_timeout),
                 secret: D::secret(config),
+                canary: supervision.canary.clone(),
             },
         }
     }

@@ -12,6 +12,10 @@
 //! control socket protocol ([`Request`], [`Response`]) is defined here once and spoken by lbctl
 //! and lb-watcher through [`control::call`].
 //!
+//! A reload may run a canary ([`CanarySettings`]): the new worker takes a share of the new
+//! connections for a window while the current one keeps the rest, and the master promotes it
+//! or rolls it back by comparing their [`Figures`].
+//!
 //! Main types: [`Daemon`], [`Supervision`], [`Serving`], [`Runtime`], [`RuntimeEndpoints`],
 //! [`MasterLink`], [`ListenAddr`], [`Listener`] / [`Listeners`], [`Shutdown`] /
 //! [`ShutdownHandle`], [`Request`] / [`Response`], [`LineWriter`], [`Error`].
@@ -35,6 +39,9 @@
 //!   log, the master's stderr).
 //! - `notify`: systemd's `sd_notify`.
 //! - `addr`, `listen`, `accept`: listening addresses and sockets; accepting on them in a worker.
+//! - `canary`: canary reloads: their settings, the figures each worker reports, the verdict.
+//! - `split`: a worker's side of a canary: new connections split with the other worker, handed
+//!   over by fd.
 //! - `privileges`: dropping to the configured user, resource limits.
 //! - `shutdown`: drain, then stop.
 //! - `quiet`: [`Quiet`], a wait beside a connection's work, polled only once woken.
@@ -44,6 +51,7 @@
 
 mod accept;
 mod addr;
+mod canary;
 mod channel;
 pub mod control;
 mod daemon;
@@ -63,16 +71,20 @@ pub mod report;
 mod runtime;
 mod secret;
 mod shutdown;
+mod split;
 mod worker;
 
 pub use accept::{back_off_after, Accepted, AsyncListener};
 pub use addr::{ListenAddr, UnixAccess};
+pub use canary::{judge, CanaryAsk, CanarySettings, Figures, Ratio, Share, TooLittleTraffic, Verdict};
 pub use daemon::{Daemon, Serving, Supervision};
 pub use entry::main;
 pub use error::Error;
 pub use lines::{LineWriter, Sent, Trouble};
 pub use listen::{bind_all, bind_one, Listener, Listeners};
-pub use protocol::{ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings};
+pub use protocol::{
+    CanaryRecord, ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings, VerdictEntry,
+};
 pub use quiet::Quiet;
 pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};
 pub use secret::{Secret, SecretSpec};

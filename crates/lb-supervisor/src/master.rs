@@ -9,11 +9,16 @@
 //! keep exactly the sockets N+1 uses, answer everyone who asked. Any failure before READY (its
 //! configuration, a bind, a crash, no READY within `worker_start_timeout`) changes nothing but
 //! the answer.
+//!
+//! With a canary (`canary`), READY does not retire worker N: N+1 takes a share of new
+//! connections for a window, then is promoted (the end of an ordinary reload) or rolled back.
 
+mod canary;
 mod detach;
 mod proc;
 mod reload;
 mod retire;
+mod rollback;
 mod spawn;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -27,9 +32,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot};
 
 use self::spawn::{Spawned, WorkerEvent};
+use crate::canary::CanaryAsk;
 use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
 use crate::notify::Notifier;
-use crate::protocol::{Request, Response, Role, Settings, ToMaster, ToWorker};
+use crate::protocol::{CanaryCall, Request, Response, Role, Settings, ToMaster, ToWorker};
 use crate::runtime;
 use crate::secret::SecretRing;
 use crate::{control, fdpass, privileges, ListenAddr, Listener};
@@ -106,6 +112,16 @@ struct Worker {
     runtime_waiters: HashMap<u64, oneshot::Sender<Response>>,
     /// Asked for its counters on behalf of this (newer) worker, which waits for them.
     snapshot_for: Option<u64>,
+    /// A canary rolled back: its counters go to the current worker, to add.
+    counts_to_current: bool,
+    /// Whether it may be a canary, as its sockets tell it.
+    canary_call: Option<CanaryCall>,
+    /// It held its accepts for a canary: it must hear `Split` or `Whole`.
+    held: bool,
+    /// Waiting for its canary figures.
+    figures_waiters: VecDeque<oneshot::Sender<Option<crate::Figures>>>,
+    /// The configuration it started on, as read then (for `lbctl rollback`).
+    config_text: Option<Vec<u8>>,
 }
 
 /// The reload under way.
@@ -148,6 +164,15 @@ struct Master {
     reload: Option<Reload>,
     queued: Vec<oneshot::Sender<Response>>,
     queued_reload: bool,
+    /// The canary the queued reload asked for (the latest ask wins).
+    queued_ask: Option<CanaryAsk>,
+    /// The canary under way, and the verdicts given.
+    canary: Option<canary::Canary>,
+    verdicts: canary::Record,
+    /// The configuration the previous current worker started on, and a copy of it written for
+    /// the rollback under way (see `rollback`).
+    previous_config: Option<Vec<u8>>,
+    rollback_file: Option<PathBuf>,
     /// Runtime commands that came while no worker served yet (the first one is starting, or a
     /// crashed one is being replaced): sent to the next current worker, or failed with it.
     waiting_runtime: Vec<(String, oneshot::Sender<Response>)>,
@@ -235,6 +260,11 @@ impl Master {
             reload: None,
             queued: Vec::new(),
             queued_reload: false,
+            queued_ask: None,
+            canary: None,
+            verdicts: canary::Record::default(),
+            previous_config: None,
+            rollback_file: None,
             waiting_runtime: Vec::new(),
             crashes: VecDeque::new(),
             respawn_at: None,
@@ -260,7 +290,7 @@ impl Master {
             tracing::error!("cannot install signal handlers");
             return ExitCode::FAILURE;
         };
-        self.start_reload(Vec::new()).await;
+        self.start_reload(Vec::new(), None).await;
         loop {
             if let Some(code) = self.exit.take() {
                 self.cleanup();
@@ -270,8 +300,8 @@ impl Master {
             tokio::select! {
                 Some((generation, event)) = events.recv() => self.on_worker(generation, event).await,
                 Some((request, reply)) = control.recv() => self.on_request(request, reply).await,
-                _ = hup.recv() => self.request_reload(None).await,
-                _ = usr2.recv() => self.request_reload(None).await,
+                _ = hup.recv() => self.request_reload(None, None).await,
+                _ = usr2.recv() => self.request_reload(None, None).await,
                 _ = term.recv() => self.stop().await,
                 _ = int.recv() => self.stop().await,
                 _ = sleep_until(deadline) => self.on_timer().await,
@@ -286,8 +316,9 @@ impl Master {
         }
     }
 
-    /// A reload asked by a signal (no waiter) or the control socket.
-    async fn request_reload(&mut self, waiter: Option<oneshot::Sender<Response>>) {
+    /// A reload asked by a signal (no waiter) or the control socket, with the canary it asks
+    /// for (`None`: as the new configuration says).
+    async fn request_reload(&mut self, waiter: Option<oneshot::Sender<Response>>, ask: Option<CanaryAsk>) {
         if self.stopping {
             if let Some(w) = waiter {
                 let _ = w.send(Response::ReloadFailed { error: "the master is stopping".into() });
@@ -299,18 +330,21 @@ impl Master {
             // when this one ends and reads the configuration as it is then.
             self.queued.extend(waiter);
             self.queued_reload = true;
+            self.queued_ask = ask;
             return;
         }
-        self.start_reload(waiter.into_iter().collect()).await;
+        self.start_reload(waiter.into_iter().collect(), ask).await;
     }
 
-    async fn start_reload(&mut self, waiters: Vec<oneshot::Sender<Response>>) {
+    async fn start_reload(&mut self, waiters: Vec<oneshot::Sender<Response>>, ask: Option<CanaryAsk>) {
         let generation = self.next_generation;
         self.next_generation += 1;
         if self.current.is_some() {
             self.notifier.reloading(&format!("reloading: starting worker generation {generation}"));
         }
-        let spawned = match spawn::spawn(&self.exe, &self.config, generation, self.events_tx.clone()) {
+        let source = self.source_for_next_worker();
+        let config_text = std::fs::read(&source).ok();
+        let spawned = match spawn::spawn(&self.exe, &source, generation, self.events_tx.clone()) {
             Ok(spawned) => spawned,
             Err(e) => {
                 let error = format!("cannot start a worker ({}): {e}", self.exe.display());
@@ -346,6 +380,12 @@ impl Master {
                 pending_batches: batches,
                 runtime_waiters: HashMap::new(),
                 snapshot_for: None,
+                counts_to_current: false,
+                // Only beside a serving worker is there anything to judge a canary against.
+                canary_call: self.current.map(|_| CanaryCall { ask }),
+                held: false,
+                figures_waiters: VecDeque::new(),
+                config_text,
             },
         );
         self.reload = Some(Reload {
@@ -369,7 +409,7 @@ impl Master {
         let Some(batch) = worker.pending_batches.pop_front() else { return };
         let last = worker.pending_batches.is_empty();
         let fds: Vec<_> = batch.iter().filter_map(|a| self.sockets.get(a)).map(|l| l.as_fd()).collect();
-        let message = ToWorker::Sockets { generation, addresses: batch, last };
+        let message = ToWorker::Sockets { generation, addresses: batch, last, canary: worker.canary_call };
         if let Err(e) = worker.proc.tx.send(&message, &fds).await {
             tracing::warn!(generation, "handing sockets to the worker: {e}");
         }
@@ -379,12 +419,25 @@ impl Master {
         match event {
             WorkerEvent::Message(ToMaster::Ack) => self.send_next_batch(generation).await,
             WorkerEvent::Message(ToMaster::Bind { address }) => self.bind_for(generation, address).await,
-            WorkerEvent::Message(ToMaster::Ready { pid, generation: reported, version, listening, settings }) => {
+            WorkerEvent::Message(ToMaster::Ready {
+                pid,
+                generation: reported,
+                version,
+                listening,
+                settings,
+                canary,
+            }) => {
                 if reported != generation {
                     tracing::warn!(pid, generation, reported, "worker reported another generation");
                 }
-                self.ready(generation, version, listening, settings).await;
+                self.ready(generation, version, listening, settings, canary).await;
             }
+            WorkerEvent::Message(ToMaster::Figures { figures }) => {
+                if let Some(waiter) = self.workers.get_mut(&generation).and_then(|w| w.figures_waiters.pop_front()) {
+                    let _ = waiter.send(figures);
+                }
+            }
+            WorkerEvent::CanaryFigures { stage, old, new } => self.canary_figures(generation, stage, old, new).await,
             WorkerEvent::Message(ToMaster::Failed { error }) => {
                 if self.reload.as_ref().is_some_and(|r| r.generation == generation) {
                     self.fail_reload(error).await;

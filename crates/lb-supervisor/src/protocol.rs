@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::canary::{CanaryAsk, CanarySettings, Figures, Share};
 use crate::secret::{Secret, SecretSpec};
 use crate::ListenAddr;
 
@@ -19,6 +20,13 @@ pub enum Request {
     /// failed). Concurrent reloads are serialised and coalesced: each waiter gets the result of
     /// a reload that started after it asked.
     Reload,
+    /// A reload with this canary instead of the one the new configuration asks for
+    /// (`lbctl reload --canary 10% --for 30s`, `--canary off`).
+    ReloadWith { canary: CanaryAsk },
+    /// Roll back the canary under way: the new worker drains, the current one keeps serving,
+    /// and the reload fails for whoever waited for it. Without a canary: start a worker on the
+    /// configuration the previous worker served (the master keeps its text).
+    Rollback,
     /// The master and its workers.
     ShowProc,
     /// A runtime command line for the current worker (`show stat`, `set server …`).
@@ -34,6 +42,14 @@ pub enum Response {
         pid: u32,
         generation: u64,
         took_ms: u64,
+        /// The canary's verdict, when the reload had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        canary: Option<String>,
+    },
+    /// [`Request::Rollback`] done: `message` says what serves now.
+    RolledBack {
+        generation: u64,
+        message: String,
     },
     /// Nothing changed: the previous worker keeps serving. `error` holds the worker's own
     /// messages (`file:line:col: field: problem`) or what went wrong starting it.
@@ -56,6 +72,30 @@ pub enum Response {
 pub struct ProcTable {
     pub master: ProcEntry,
     pub workers: Vec<ProcEntry>,
+    /// Canary verdicts since the master started: how many of each, and the latest ones.
+    #[serde(default)]
+    pub canary: CanaryRecord,
+}
+
+/// The canary verdicts a master has given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryRecord {
+    pub promoted: u64,
+    pub rolled_back: u64,
+    /// The latest verdicts, newest first.
+    pub verdicts: Vec<VerdictEntry>,
+}
+
+/// One canary verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictEntry {
+    /// The canary's generation.
+    pub generation: u64,
+    pub promoted: bool,
+    /// Seconds since the verdict.
+    pub age_secs: u64,
+    /// The figures that decided it.
+    pub summary: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +123,18 @@ pub enum Role {
     Old,
     /// Started by a reload, not ready yet.
     Starting,
+    /// Ready, serving its share of new connections while it is judged.
+    Canary,
+}
+
+/// A side of a canary's split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Side {
+    /// The current worker, which keeps the rest.
+    Old,
+    /// The canary, which takes the share.
+    New,
 }
 
 /// Master → worker.
@@ -95,6 +147,10 @@ pub(crate) enum ToWorker {
         generation: u64,
         addresses: Vec<ListenAddr>,
         last: bool,
+        /// Another worker serves: this one may be a canary, as asked (`None` in the ask: as
+        /// its configuration says). Absent: it cannot be one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        canary: Option<CanaryCall>,
     },
     /// The socket asked for with [`ToMaster::Bind`] (one fd attached).
     Bound {
@@ -137,6 +193,22 @@ pub(crate) enum ToWorker {
     Secrets {
         secrets: Vec<Secret>,
     },
+    /// Split new connections with the worker at the other end of the socketpair attached:
+    /// the canary (`New`) keeps `share` of them, the current worker (`Old`) the rest.
+    Split {
+        side: Side,
+        share: Share,
+    },
+    /// The canary is over: keep every connection accepted, hand none over.
+    Whole,
+    /// Send [`ToMaster::Figures`].
+    Figures,
+}
+
+/// Whether a starting worker may be a canary, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CanaryCall {
+    pub(crate) ask: Option<CanaryAsk>,
 }
 
 /// Worker → master.
@@ -156,6 +228,9 @@ pub(crate) enum ToMaster {
         version: String,
         listening: Vec<ListenAddr>,
         settings: Settings,
+        /// The canary it holds its accepts for (`None`: it serves everything at once).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        canary: Option<CanarySettings>,
     },
     /// Could not start; the worker exits after sending this.
     Failed {
@@ -182,6 +257,10 @@ pub(crate) enum ToMaster {
     LateCounts {
         counts: String,
     },
+    /// The answer to [`ToWorker::Figures`] (`None`: the daemon keeps none).
+    Figures {
+        figures: Option<Figures>,
+    },
 }
 
 /// One runtime command's answer, as the daemon's handler gave it.
@@ -207,10 +286,19 @@ pub struct Settings {
     /// older worker's READY, which then asked for none.
     #[serde(default)]
     pub secret: Option<SecretSpec>,
+    /// `global.canary`: a canary for every reload (`None`: none unless asked).
+    #[serde(default)]
+    pub canary: Option<CanarySettings>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_old_workers: 10, hard_stop_after_ms: None, worker_start_timeout_ms: 10_000, secret: None }
+        Settings {
+            max_old_workers: 10,
+            hard_stop_after_ms: None,
+            worker_start_timeout_ms: 10_000,
+            secret: None,
+            canary: None,
+        }
     }
 }

@@ -145,8 +145,8 @@ const INFO_FIELDS: &[Option<(&str, &str, Kind)>] = &[
 #[derive(Debug, Clone)]
 pub struct Info {
     values: Vec<String>,
-    /// A daemon's own fields, after HAProxy's (`Tls_library`).
-    extra: Vec<(&'static str, String)>,
+    /// A daemon's own fields, after HAProxy's (`Tls_library`), with their tags and type.
+    extra: Vec<(&'static str, &'static str, Kind, String)>,
 }
 
 impl Default for Info {
@@ -170,7 +170,14 @@ impl Info {
 
     /// A field of the daemon's own, printed after HAProxy's, as text, product information.
     pub fn extra(&mut self, name: &'static str, value: impl ToString) -> &mut Info {
-        self.extra.push((name, value.to_string()));
+        self.extra.push((name, "POS", Kind::Str, value.to_string()));
+        self
+    }
+
+    /// A counter of the daemon's own (a cumulative 64-bit figure, as HAProxy tags its
+    /// `TotalBytesOut`), printed after HAProxy's fields.
+    pub fn extra_counter(&mut self, name: &'static str, value: u64) -> &mut Info {
+        self.extra.push((name, "MCP", Kind::U64, value.to_string()));
         self
     }
 
@@ -224,7 +231,7 @@ impl Info {
             .extra
             .iter()
             .enumerate()
-            .map(|(i, (name, value))| (INFO_FIELDS.len() + i, *name, "POS", Kind::Str, value.as_str()));
+            .map(|(i, (name, tags, kind, value))| (INFO_FIELDS.len() + i, *name, *tags, *kind, value.as_str()));
         haproxys.chain(own)
     }
 

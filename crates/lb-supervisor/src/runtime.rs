@@ -75,6 +75,13 @@ pub trait Runtime: Send + Sync + 'static {
     fn add_late_counts(&self, counts: &str) {
         let _ = counts;
     }
+
+    /// What this worker has counted, for a canary's verdict: cumulative (the master judges the
+    /// difference over the window). `None`: nothing to judge by, and a canary is judged by
+    /// `min_requests` alone.
+    fn figures(&self) -> Option<crate::Figures> {
+        None
+    }
 }
 
 /// Where the master serves the runtime commands ([`Supervision::runtime`](crate::Supervision::runtime)).

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::canary::CanaryAsk;
 use crate::channel::{Channel, ChannelReceiver, ChannelSender};
 use crate::daemon::{say, Daemon, Plan, EXIT_USAGE};
-use crate::protocol::{ToMaster, ToWorker};
+use crate::protocol::{CanaryCall, ToMaster, ToWorker};
 use crate::runtime::{self, MasterLink};
 use crate::secret::Secret;
+use crate::split::Splitter;
 use crate::{fdpass, privileges, shutdown, ListenAddr, Listener, Listeners};
 
 /// The environment variable naming the worker's end of its channel to the master.
@@ -27,6 +29,10 @@ pub(crate) const CHANNEL_FD_ENV: &str = "LB_SUPERVISOR_FD";
 /// How long a drained worker that owes its successor a snapshot waits for its own
 /// predecessor's counters (they normally follow within milliseconds).
 const OWED_SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a drained worker that was in a canary waits for the other worker to say it hands
+/// nothing more over (it normally follows the master's order within milliseconds).
+const PAIR_QUIET_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
     let channel_fd = match std::env::var(CHANNEL_FD_ENV).ok().and_then(|v| v.parse().ok()) {
@@ -68,7 +74,14 @@ pub(crate) fn run<D: Daemon>(config_path: &Path) -> ExitCode {
         };
         let (tx, rx) = channel.split();
         match serve::<D>(config, tx.clone(), rx).await {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                // Connections the other worker of a canary handed over, or is handing back,
+                // must reach someone before this process goes.
+                if let Some(splitter) = Splitter::installed() {
+                    splitter.quiet(PAIR_QUIET_WAIT).await;
+                }
+                ExitCode::SUCCESS
+            }
             Err(error) => {
                 // The master relays this to whoever asked for the reload.
                 let _ = tx.send(&ToMaster::Failed { error: error.clone() }, &[]).await;
@@ -85,9 +98,10 @@ async fn serve<D: Daemon>(
     mut rx: ChannelReceiver,
 ) -> Result<(), String> {
     let (secrets_tx, secrets_rx) = tokio::sync::watch::channel(Arc::<[Secret]>::from(Vec::new()));
-    let (generation, mut held) = receive_sockets(&tx, &mut rx, &secrets_tx).await?;
+    let (generation, mut held, canary_call) = receive_sockets(&tx, &mut rx, &secrets_tx).await?;
     let config = config?;
     let plan = Plan::of::<D>(&config);
+    let canary = canary_call.and_then(|call| CanaryAsk::plan(call.ask, plan.settings.canary.as_ref()));
     let mut listeners = Listeners::new();
     for address in &plan.listen {
         let fd = match held.remove(address) {
@@ -106,6 +120,8 @@ async fn serve<D: Daemon>(
 
     let (handle, shutdown) = shutdown::channel();
     let link = MasterLink::new(tx.clone(), secrets_rx);
+    // A canary accepts nothing until the master has set up its split.
+    let splitter = Splitter::install(canary.is_some());
     let (serving, runtime) = D::start_supervised(Arc::new(config), listeners, shutdown, link.clone()).await?;
     let ready = ToMaster::Ready {
         pid: std::process::id(),
@@ -113,6 +129,7 @@ async fn serve<D: Daemon>(
         version: D::version(),
         listening: plan.listen.clone(),
         settings: plan.settings.clone(),
+        canary,
     };
     tx.send(&ready, &[]).await.map_err(|e| format!("reporting ready: {e}"))?;
     tracing::info!(generation, "worker serving");
@@ -168,7 +185,24 @@ async fn serve<D: Daemon>(
             }
             _ = term.recv() => handle.stop(),
             message = rx.recv::<ToWorker>(), if master_alive => match message {
-                Ok(Some((ToWorker::SoftStop, _))) => handle.drain(),
+                Ok(Some((ToWorker::SoftStop, _))) => {
+                    splitter.whole();
+                    handle.drain();
+                }
+                Ok(Some((ToWorker::Split { side, share }, mut fds))) => match fds.pop() {
+                    Some(pair) => {
+                        if let Err(e) = splitter.split(side, share, pair) {
+                            tracing::error!("cannot split connections with the other worker: {e}");
+                            splitter.whole();
+                        }
+                    }
+                    None => tracing::warn!("a split without its socketpair"),
+                },
+                Ok(Some((ToWorker::Whole, _))) => splitter.whole(),
+                Ok(Some((ToWorker::Figures, _))) => {
+                    let figures = runtime.as_ref().and_then(|r| r.figures());
+                    let _ = tx.send(&ToMaster::Figures { figures }, &[]).await;
+                }
                 Ok(Some((ToWorker::HardStop, _))) => handle.stop(),
                 Ok(Some((ToWorker::Status, _))) => {
                     let _ = tx.send(&ToMaster::Status { connections: (serving.connections)() }, &[]).await;
@@ -211,6 +245,7 @@ async fn serve<D: Daemon>(
                     // The master is gone: nobody can hand our sockets on, so drain and exit.
                     tracing::warn!("master gone: draining");
                     master_alive = false;
+                    splitter.whole();
                     // Drained already and waiting for counters only the master could bring.
                     if drained {
                         return Ok(());
@@ -228,21 +263,21 @@ async fn receive_sockets(
     tx: &ChannelSender,
     rx: &mut ChannelReceiver,
     secrets: &tokio::sync::watch::Sender<Arc<[Secret]>>,
-) -> Result<(u64, BTreeMap<ListenAddr, OwnedFd>), String> {
+) -> Result<(u64, BTreeMap<ListenAddr, OwnedFd>, Option<CanaryCall>), String> {
     let mut held = BTreeMap::new();
     loop {
         match rx.recv::<ToWorker>().await {
             Ok(Some((ToWorker::Secrets { secrets: set }, _))) => {
                 secrets.send_replace(set.into());
             }
-            Ok(Some((ToWorker::Sockets { generation, addresses, last }, fds))) => {
+            Ok(Some((ToWorker::Sockets { generation, addresses, last, canary }, fds))) => {
                 if addresses.len() != fds.len() {
                     return Err(format!("the master named {} sockets but sent {}", addresses.len(), fds.len()));
                 }
                 held.extend(addresses.into_iter().zip(fds));
                 tx.send(&ToMaster::Ack, &[]).await.map_err(|e| format!("acknowledging sockets: {e}"))?;
                 if last {
-                    return Ok((generation, held));
+                    return Ok((generation, held, canary));
                 }
             }
             Ok(Some((other, _))) => return Err(format!("expected sockets from the master, got {other:?}")),

@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,15 +15,16 @@ use lb_supervisor::{Quiet, Shutdown};
 use openssl::ssl::Ssl;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_openssl::SslStream;
 
 use crate::config::{BackendAddr, WriteProxy};
+use crate::copy;
 use crate::counted::Counted;
 use crate::drained::{Drained, ReadReady, Socket};
 use crate::library::reason_words;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
 use crate::stats::{Failure, FrontendStats};
+use crate::stream::TlsStream;
 
 /// An accepted client socket.
 #[derive(Debug)]
@@ -78,10 +78,11 @@ where
             false => None,
         };
         let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
-        let mut tls = SslStream::new(ssl, Socket::new(stream)).map_err(|e| (Failure::Other, e.to_string()))?;
-        match Pin::new(&mut tls).accept().await {
+        let mut tls = TlsStream::new(ssl, Socket::new(stream)).map_err(|e| (Failure::Other, e.to_string()))?;
+        match tls.accept().await {
             Ok(()) => {
                 tls.get_ref().get_ref().ack_now();
+                tls.send_tickets().await;
                 Ok((received, tls))
             }
             Err(e) => {
@@ -147,10 +148,10 @@ where
 }
 
 /// Acknowledge what the client sent without the kernel's delayed-ACK wait. A TLS 1.3 handshake
-/// can end with the client's Finished and nothing for the server to send (AWS-LC sends its
-/// tickets with its own Finished, before the client's): a client that leaves Nagle on then holds
-/// its first request until our ACK, which the kernel delays by up to 40 ms. OpenSSL's server
-/// happens to send its tickets after the client's Finished, which carries the ACK at once.
+/// ends with the client's Finished; without tickets (`session_tickets: false`) the server has
+/// nothing to send after it, and a client that leaves Nagle on then holds its first request
+/// until our ACK, which the kernel delays by up to 40 ms. (With tickets, the ticket sent right
+/// after the handshake carries the ACK.)
 pub(crate) trait AckNow {
     fn ack_now(&self);
 }
@@ -200,13 +201,13 @@ fn handshake_reason(e: &openssl::ssl::Error, sni: Option<&str>) -> String {
 }
 
 /// A close_notify, then the socket closes when `tls` drops.
-async fn close<S: AsyncRead + AsyncWrite + Unpin>(tls: &mut SslStream<S>) {
-    let _ = tokio::time::timeout(CLOSE_GRACE, Pin::new(tls).shutdown()).await;
+async fn close<S: AsyncRead + AsyncWrite + Unpin>(tls: &mut TlsStream<S>) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, tls.shutdown()).await;
 }
 
 /// The header, then both directions until each has ended (a finished direction shuts the
 /// other side's write half down: half-close is kept), counted in `stats`.
-async fn forward<S, B>(mut tls: SslStream<Socket<S>>, mut backend: B, header: &[u8], stats: &FrontendStats)
+async fn forward<S, B>(mut tls: TlsStream<Socket<S>>, mut backend: B, header: &[u8], stats: &FrontendStats)
 where
     S: AsyncRead + AsyncWrite + ReadReady + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -217,7 +218,8 @@ where
     }
     let mut backend = Counted::new(backend, stats);
     // Responses are the bulk: read them 16 KiB at a time, one full TLS record per write.
-    // Requests go in 8 KiB reads. (Both buffers live as long as the connection.)
+    // Requests go in 8 KiB reads. (Into the thread's buffer: the connection holds one only
+    // while bytes wait for a slow peer.)
     let mut tls = Drained::new(tls);
-    let _ = tokio::io::copy_bidirectional_with_sizes(&mut tls, &mut backend, TO_BACKEND_BUF, TO_CLIENT_BUF).await;
+    let _ = copy::both_ways(&mut tls, &mut backend, TO_BACKEND_BUF, TO_CLIENT_BUF).await;
 }

@@ -17,6 +17,7 @@ use openssl::x509::X509Name;
 use crate::certs::{self, LoadedCert};
 use crate::config::validate::TlsFields;
 use crate::config::{ClientCert, Protocol, TlsSettings};
+use crate::sessions::Mirror;
 use crate::sni::SniIndex;
 use crate::tickets::TicketStore;
 use crate::{ffi, library};
@@ -28,6 +29,9 @@ pub(crate) struct Acceptor {
     pub(crate) initial: SslContext,
     /// The PEM files serving, in order (the first is the default).
     pub(crate) files: Vec<std::path::PathBuf>,
+    /// What the initial context's session-ID cache holds (the one every lookup goes to),
+    /// to hand over at a reload; none without a cache.
+    pub(crate) sessions: Option<Arc<Mirror>>,
 }
 
 impl std::fmt::Debug for Acceptor {
@@ -120,7 +124,8 @@ impl Acceptor {
                 None => Ok(()),
             }
         });
-        Ok(Acceptor { initial: initial.build(), files: loaded.into_iter().map(|c| c.path).collect() })
+        let sessions = (tls.session_cache_size > 0).then(|| Mirror::install(&mut initial, tls.session_cache_size));
+        Ok(Acceptor { initial: initial.build(), files: loaded.into_iter().map(|c| c.path).collect(), sessions })
     }
 }
 
@@ -219,8 +224,10 @@ fn configure(
     if let Some(curves) = &tls.ecdh_curves {
         b.set_groups_list(curves).map_err(at(&fields.ecdh_curves))?;
     }
-    // An idle connection keeps no read or write buffer (about 34 KiB each otherwise).
-    b.set_mode(SslMode::RELEASE_BUFFERS);
+    // An idle connection keeps no read or write buffer (about 34 KiB each otherwise). A write
+    // the socket did not take is retried from the copy's own buffer, not the scratch buffer
+    // it was first made from (`copy`).
+    b.set_mode(SslMode::RELEASE_BUFFERS | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
     // Sessions (and tickets) of one frontend resume only on that frontend.
     b.set_session_id_context(format!("lb-tls-{frontend}").as_bytes()).map_err(at(&frontend_field))?;
     if !tls.alpn_protocols.is_empty() {

@@ -1,6 +1,7 @@
-//! A backend stream that counts the plaintext each way for a frontend's `bin`/`bout`, whatever
-//! way the connection ends (the copy's own totals are lost when it ends on an error, the
-//! usual end of a client that resets).
+//! A backend stream that counts the plaintext each way for a frontend's `bin`/`bout` as it
+//! moves, so that `show stat` and `show info` follow a long keep-alive connection while it
+//! lasts, and count it whatever way it ends (the copy's own totals are lost when it ends on an
+//! error, the usual end of a client that resets).
 
 use std::io;
 use std::pin::Pin;
@@ -10,24 +11,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::stats::FrontendStats;
 
-/// `inner`, with what was written to it (the client's bytes) and read from it (the bytes for
-/// the client) added to `stats` when it drops.
+/// `inner`, with what is written to it (the client's bytes) and read from it (the bytes for
+/// the client) added to `stats` at each write and read.
 pub(crate) struct Counted<'a, B> {
     inner: B,
     stats: &'a FrontendStats,
-    written: u64,
-    read: u64,
 }
 
 impl<'a, B> Counted<'a, B> {
     pub(crate) fn new(inner: B, stats: &'a FrontendStats) -> Self {
-        Counted { inner, stats, written: 0, read: 0 }
-    }
-}
-
-impl<B> Drop for Counted<'_, B> {
-    fn drop(&mut self) {
-        self.stats.transferred(self.written, self.read);
+        Counted { inner, stats }
     }
 }
 
@@ -35,7 +28,10 @@ impl<B: AsyncRead + Unpin> AsyncRead for Counted<'_, B> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        self.read += (buf.filled().len() - before) as u64;
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.stats.sent_to_client(read as u64);
+        }
         polled
     }
 }
@@ -44,7 +40,7 @@ impl<B: AsyncWrite + Unpin> AsyncWrite for Counted<'_, B> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if let Poll::Ready(Ok(n)) = polled {
-            self.written += n as u64;
+            self.stats.received_from_client(n as u64);
         }
         polled
     }

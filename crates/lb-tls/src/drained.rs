@@ -19,7 +19,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_openssl::SslStream;
+
+use crate::stream::TlsStream;
 
 /// A TLS record's header: content type, version, length of the body (big-endian).
 const RECORD_HEADER: usize = 5;
@@ -143,14 +144,14 @@ impl Records {
 /// The TLS stream for the copy: a read goes to the library only when it may find something.
 #[derive(Debug)]
 pub(crate) struct Drained<S> {
-    tls: SslStream<Socket<S>>,
+    tls: TlsStream<Socket<S>>,
     /// At most the number of records the library has consumed (a read that returned data and
     /// left none pending finished at least one).
     consumed: u64,
 }
 
 impl<S> Drained<S> {
-    pub(crate) fn new(tls: SslStream<Socket<S>>) -> Self {
+    pub(crate) fn new(tls: TlsStream<Socket<S>>) -> Self {
         Drained { tls, consumed: 0 }
     }
 

@@ -11,6 +11,9 @@
 //!   count, the OCSP response; and the server's order for TLS 1.3 suites
 //!   ([`prefer_server_ciphersuites`]), which AWS-LC does not apply itself.
 //! - Read-ahead ([`set_read_ahead`]), which the openssl crate does not wrap at all.
+//! - The zero-byte write ([`write_nothing`]), which the openssl crate skips.
+//! - A session added to a context's cache ([`add_session`]), which the openssl crate marks
+//!   unsafe: the session must come from that context (a reload hands them over).
 #![allow(unsafe_code)]
 
 #[cfg(feature = "aws-lc")]
@@ -19,9 +22,10 @@ use std::os::raw::{c_int, c_uchar};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use foreign_types::ForeignTypeRef as _;
 use openssl::error::ErrorStack;
 use openssl::ex_data::Index;
-use openssl::ssl::{SslContext, SslContextBuilder};
+use openssl::ssl::{SslContext, SslContextBuilder, SslRef, SslSessionRef};
 use openssl_sys::{EVP_CIPHER_CTX, HMAC_CTX, SSL};
 
 use crate::tickets::{TicketStore, NAME_BYTES};
@@ -306,6 +310,32 @@ pub(crate) fn set_ocsp_response(b: &mut SslContextBuilder, der: &[u8]) -> Result
     // SAFETY: `b` owns a live SSL_CTX; `der` is valid for `der.len()` bytes during the call,
     // and the library keeps its own copy.
     check(unsafe { openssl_sys::SSL_CTX_set_ocsp_response(b.as_ptr(), der.as_ptr(), der.len()) })
+}
+
+/// `SSL_write` of nothing: flushes what the library holds back for the next write (AWS-LC's
+/// TLS 1.3 session ticket). True when the socket would block (call again when it is
+/// writable); any other outcome, success included, is false, its errors cleared.
+pub(crate) fn write_nothing(ssl: &SslRef) -> bool {
+    // SAFETY: `ssl` is a live SSL whose BIO reaches its socket (the caller polls it); a
+    // zero length reads nothing at the pointer.
+    let ret = unsafe { openssl_sys::SSL_write(ssl.as_ptr(), [0u8; 0].as_ptr().cast(), 0) };
+    if ret > 0 {
+        return false;
+    }
+    // SAFETY: the same SSL, asked about the call just made.
+    let code = unsafe { openssl_sys::SSL_get_error(ssl.as_ptr(), ret) };
+    // Whatever it pushed on this thread's error queue must not show up in a later call.
+    drop(ErrorStack::get());
+    code == openssl_sys::SSL_ERROR_WANT_WRITE
+}
+
+/// `SSL_CTX_add_session`: `session` joins `ctx`'s session-ID cache. False when it was there.
+pub(crate) fn add_session(ctx: &SslContext, session: &SslSessionRef) -> bool {
+    // SAFETY: the openssl crate asks that the session was never used with another context:
+    // it comes from the DER of a session this frontend's context made in the previous worker
+    // (a frontend's sessions are handed to the same frontend), and the library takes its own
+    // reference.
+    unsafe { ctx.add_session(session) }
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@
 //! the frontend sockets and passes them by fd to each worker, which serves them with [`start`].
 //! A reload (`lbctl reload`, SIGHUP) starts a worker on the configuration and certificate files
 //! as they are then; a file that does not load fails the reload and leaves the current worker
-//! serving. Session tickets are made with keys the master owns and hands to every worker, so
-//! sessions resume across reloads. Each worker counts connections, handshakes (resumed, by
+//! serving. Session tickets are made with keys the master owns and hands to every worker, and
+//! the session-ID cache goes from each worker to the next, so sessions resume across reloads. Each worker counts connections, handshakes (resumed, by
 //! protocol and cipher) and failed handshakes by reason: `lbctl -f lb-tls.yaml show stat`,
 //! `show info`, and /metrics on `global.metrics_address`; the totals carry on across reloads.
 //! Tests may call [`run`] with port-0 sockets.
@@ -25,9 +25,13 @@
 //! - `sni`: exact > wildcard > default certificate selection.
 //! - `tickets`: session-ticket keys (the master's, or `ticket_key_files`), swapped while serving.
 //! - `context`: OpenSSL contexts per certificate and the servername switch.
+//! - `sessions`: the session-ID cache of each frontend, handed to the next worker at a reload.
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
+//! - `copy`: both directions of a connection, with a buffer only while bytes wait.
 //! - `counted`: the backend stream that counts bytes each way.
+//! - `stream`: the client's TLS stream under tokio (the openssl crate's, polled with the
+//!   task's waker), and the flush of the session ticket after a handshake.
 //! - `drained`: the client's TLS stream, read only when there may be something to read.
 //! - `stats`: the counters, their hand-over across reloads, and their text (`show stat`,
 //!   `show info`, Prometheus).
@@ -44,6 +48,7 @@ mod certs;
 mod config;
 mod conn;
 mod context;
+mod copy;
 mod counted;
 mod daemon;
 mod drained;
@@ -55,8 +60,10 @@ mod proxy_header;
 mod ratelog;
 mod runtime;
 mod serve;
+mod sessions;
 mod sni;
 mod stats;
+mod stream;
 #[cfg(test)]
 mod test_server;
 mod tickets;

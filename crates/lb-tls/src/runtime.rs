@@ -1,12 +1,15 @@
 //! lb-tls's answers to runtime commands (through `lbctl -f lb-tls.yaml …`, and the runtime
-//! socket when one is configured), and its counters' hand-over across reloads: lb-supervisor's
-//! [`Runtime`], over the worker's [`Stats`].
+//! socket when one is configured), and what a worker hands the next at a reload (its counters
+//! and its cached sessions): lb-supervisor's [`Runtime`], over the worker's [`Stats`].
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lb_supervisor::report::Format;
 use lb_supervisor::{Runtime, RuntimeResult};
+use serde::{Deserialize, Serialize};
 
+use crate::config::Config;
 use crate::stats::{self, Snapshot, Stats};
 
 const HELP: &str = "The following commands are valid at this level:
@@ -23,13 +26,34 @@ const HELP: &str = "The following commands are valid at this level:
 pub(crate) struct Handler {
     stats: Arc<Stats>,
     process: stats::Process,
+    /// The frontends, whose session caches are handed over.
+    config: Arc<Config>,
     /// What [`Runtime::snapshot`] handed on, to tell the late counts from it.
     handed: Mutex<Option<Snapshot>>,
 }
 
+/// What a worker hands the next one at a reload: its counters, and the live sessions of each
+/// frontend's session-ID cache (hex of their DER form, newest first), both by frontend `bind`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Handover {
+    counters: Snapshot,
+    #[serde(default)]
+    sessions: BTreeMap<String, Vec<String>>,
+}
+
 impl Handler {
-    pub(crate) fn new(stats: Arc<Stats>, process: stats::Process) -> Handler {
-        Handler { stats, process, handed: Mutex::new(None) }
+    pub(crate) fn new(stats: Arc<Stats>, process: stats::Process, config: Arc<Config>) -> Handler {
+        Handler { stats, process, config, handed: Mutex::new(None) }
+    }
+
+    fn take_sessions(&self, handed: &BTreeMap<String, Vec<String>>) {
+        for fe in &self.config.frontends {
+            let bind = fe.bind.to_string();
+            if let (Some(mirror), Some(list)) = (&fe.acceptor.sessions, handed.get(&bind)) {
+                let taken = mirror.import(&fe.acceptor.initial, list);
+                tracing::info!("{bind}: {taken} of {} cached sessions taken from the previous worker", list.len());
+            }
+        }
     }
 }
 
@@ -54,18 +78,31 @@ impl Runtime for Handler {
     }
 
     fn snapshot(&self) -> Option<String> {
-        let snapshot = self.stats.snapshot();
-        let text = serde_json::to_string(&snapshot).ok();
-        *self.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
+        let counters = self.stats.snapshot();
+        let sessions = self
+            .config
+            .frontends
+            .iter()
+            .filter_map(|fe| Some((fe.bind.to_string(), fe.acceptor.sessions.as_ref()?.export())))
+            .collect();
+        let handover = Handover { counters, sessions };
+        let text = serde_json::to_string(&handover).ok();
+        *self.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(handover.counters);
         text
     }
 
     fn inherit(&self, snapshot: Option<&str>) {
-        if let Some(text) = snapshot {
-            match serde_json::from_str::<Snapshot>(text) {
-                Ok(earlier) => self.stats.inherit(&earlier),
-                Err(e) => tracing::warn!("counters of the previous worker not understood, starting from 0: {e}"),
+        let Some(text) = snapshot else { return };
+        match serde_json::from_str::<Handover>(text) {
+            Ok(handover) => {
+                self.stats.inherit(&handover.counters);
+                self.take_sessions(&handover.sessions);
             }
+            // A worker of an earlier version hands its counters alone.
+            Err(e) => match serde_json::from_str::<Snapshot>(text) {
+                Ok(earlier) => self.stats.inherit(&earlier),
+                Err(_) => tracing::warn!("counters of the previous worker not understood, starting from 0: {e}"),
+            },
         }
     }
 
@@ -79,5 +116,9 @@ impl Runtime for Handler {
             Ok(late) => self.stats.inherit(&late),
             Err(e) => tracing::warn!("late counts of a previous worker not understood: {e}"),
         }
+    }
+
+    fn figures(&self) -> Option<lb_supervisor::Figures> {
+        Some(self.stats.figures())
     }
 }

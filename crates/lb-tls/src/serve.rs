@@ -49,7 +49,7 @@ impl Server {
 
     /// The runtime commands' handler over this server's counters.
     pub(crate) fn runtime(&self) -> Arc<Handler> {
-        Arc::new(Handler::new(self.shared.stats.clone(), process(&self.shared.config)))
+        Arc::new(Handler::new(self.shared.stats.clone(), process(&self.shared.config), self.shared.config.clone()))
     }
 
     /// Resolves once the shutdown has been carried out.
@@ -104,7 +104,7 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
             // listen() again on a listening socket only changes its backlog.
             socket2::SockRef::from(l).listen(backlog).map_err(listener_error)?;
         }
-        sockets.push((index, AsyncListener::from_std(listener).map_err(listener_error)?));
+        sockets.push((index, AsyncListener::for_clients(listener, &fe.bind).map_err(listener_error)?));
     }
     let metrics = match config.global.metrics_address {
         Some(address) => {

@@ -79,7 +79,9 @@ impl Failure {
             Failure::Cipher
         } else if has(&["unsupported protocol", "version too low", "version too high", "protocol version"]) {
             Failure::Protocol
-        } else if has(&["unrecognized name", "servername"]) {
+        } else if has(&["unrecognized name", "servername", "parse tlsext"]) {
+            // AWS-LC words the refusal of `sni_nomatch_abort` (the servername callback's fatal
+            // alert) "clienthello tlsext; parse tlsext".
             Failure::Sni
         } else if has(&["certificate", "unknown ca", "bad certificate", "peer did not return"]) {
             Failure::Certificate
@@ -146,9 +148,12 @@ impl FrontendStats {
         self.backend_failures.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn transferred(&self, from_client: u64, to_client: u64) {
-        self.bytes_in.fetch_add(from_client, Ordering::Relaxed);
-        self.bytes_out.fetch_add(to_client, Ordering::Relaxed);
+    pub(crate) fn received_from_client(&self, bytes: u64) {
+        self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sent_to_client(&self, bytes: u64) {
+        self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn totals(&self) -> Totals {
@@ -286,6 +291,27 @@ impl Stats {
     /// The totals to hand to the next worker: this one's counts and its predecessors'.
     pub(crate) fn snapshot(&self) -> Snapshot {
         Snapshot(self.rows().into_iter().map(|(name, totals, _)| (name.to_owned(), totals)).collect())
+    }
+
+    /// What a canary's verdict is judged by: connections, handshake failures by reason
+    /// (`handshake: no certificate for the name`, `handshake: protocol`, `handshake: cipher`, …)
+    /// and backend connect
+    /// failures, summed over the frontends (cumulative; the master takes differences).
+    pub(crate) fn figures(&self) -> lb_supervisor::Figures {
+        let mut sum = Totals::default();
+        for totals in self.snapshot().0.values() {
+            sum.add(totals);
+        }
+        let mut failures: std::collections::BTreeMap<String, u64> = Failure::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let reason = if *f == Failure::Sni { "no certificate for the name" } else { f.name() };
+                (format!("handshake: {reason}"), sum.failures.get(i).copied().unwrap_or(0))
+            })
+            .collect();
+        failures.insert("backend connect failures".to_owned(), sum.backend_failures);
+        lb_supervisor::Figures { requests: sum.connections, failures, ..Default::default() }
     }
 
     /// Counts of earlier workers to add to every total from now on.

@@ -9,7 +9,7 @@ use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
-use lb_supervisor::Request;
+use lb_supervisor::{CanaryAsk, Request, Share};
 
 use crate::socket::{DEFAULT_SOCKET, ENV_SOCKET};
 
@@ -23,9 +23,15 @@ process over the control socket.
 Usage: lbctl [-s SOCKET | -f CONFIG] [--json] COMMAND...
 
 Commands:
-  reload       Start a new worker on the configuration file as it is now and wait until it
+  reload [--canary SHARE --for DURATION | --canary off]
+               Start a new worker on the configuration file as it is now and wait until it
                serves. If it fails, the previous worker keeps serving and the errors are
-               printed.
+               printed. With a canary (global.canary, or --canary 10% --for 30s), the new
+               worker takes SHARE of new connections for DURATION and is promoted or rolled
+               back by its figures; the answer comes with the verdict.
+  rollback     Roll back the canary under way: the new worker drains, the current one keeps
+               serving, and the reload that started it fails. Without a canary: start a worker
+               on the configuration the previous worker served (kept by the master).
   show proc    The master and its workers: PID, role, generation, reloads, uptime, version,
                client connections.
   WORDS...     Any other words are a runtime command for the current worker: show stat,
@@ -172,7 +178,9 @@ fn request(words: Vec<OsString>) -> Result<Request, Usage> {
     let tokens: Vec<&str> = words.iter().flat_map(|w| w.split_whitespace()).collect();
     let (request, arity) = match tokens.as_slice() {
         [] => return Err(usage("no command given")),
+        ["reload", "--canary", ..] => return reload_with(&tokens[1..]),
         ["reload", ..] => (Request::Reload, 1),
+        ["rollback", ..] => (Request::Rollback, 1),
         ["show", "proc", ..] => (Request::ShowProc, 2),
         _ => return Ok(Request::Runtime { line: words.join(" ") }),
     };
@@ -182,6 +190,35 @@ fn request(words: Vec<OsString>) -> Result<Request, Usage> {
         return Err(usage(format!("'{command}' takes no arguments, got '{extra}'{hint}")));
     }
     Ok(request)
+}
+
+/// `reload --canary SHARE --for DURATION` (in either order) or `reload --canary off`.
+fn reload_with(options: &[&str]) -> Result<Request, Usage> {
+    let (mut share, mut window) = (None, None);
+    let mut rest = options.iter();
+    while let Some(option) = rest.next() {
+        let mut value = |name: &str| rest.next().copied().ok_or_else(|| usage(format!("{name} needs a value")));
+        match *option {
+            "--canary" => share = Some(value("--canary")?),
+            "--for" => window = Some(value("--for")?),
+            other => return Err(usage(format!("'reload' takes --canary and --for, got '{other}'"))),
+        }
+    }
+    let canary = match (share, window) {
+        (Some("off"), None) => CanaryAsk::Off,
+        (Some("off"), Some(_)) => return Err(usage("--canary off takes no --for")),
+        (Some(share), window) => {
+            let share = Share::parse(share).map_err(|e| usage(format!("--canary: {e}")))?;
+            let window = window.ok_or_else(|| usage("--canary needs --for DURATION (the window, e.g. 30s)"))?;
+            let duration = lb_config::parse_duration(window).map_err(|e| usage(format!("--for: {e}")))?;
+            if duration.is_zero() || duration > std::time::Duration::from_secs(3600) {
+                return Err(usage("--for: the window must be from 1ms to 1h"));
+            }
+            CanaryAsk::On { share, duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX) }
+        }
+        (None, _) => return Err(usage("--for goes with --canary SHARE")),
+    };
+    Ok(Request::ReloadWith { canary })
 }
 
 #[cfg(test)]
@@ -199,6 +236,11 @@ mod tests {
     #[test]
     fn commands() {
         assert_eq!(run(&["reload"]), cli(SocketChoice::Default, false, Request::Reload));
+        let canary = CanaryAsk::On { share: Share::parse("10%").expect("a share"), duration_ms: 30_000 };
+        let with = |canary| cli(SocketChoice::Default, false, Request::ReloadWith { canary });
+        assert_eq!(run(&["reload", "--canary", "10%", "--for", "30s"]), with(canary));
+        assert_eq!(run(&["reload", "--canary", "off"]), with(CanaryAsk::Off));
+        assert_eq!(run(&["rollback"]), cli(SocketChoice::Default, false, Request::Rollback));
         assert_eq!(run(&["show", "proc"]), cli(SocketChoice::Default, false, Request::ShowProc));
         assert_eq!(run(&["show proc"]), cli(SocketChoice::Default, false, Request::ShowProc));
         let line = "set server api/a1 weight 0".to_owned();
@@ -239,6 +281,11 @@ mod tests {
         assert_eq!(message(&["--socket=", "reload"]), "--socket needs a path");
         assert_eq!(message(&["-s", "a", "-f", "b", "reload"]), "-s and -f cannot be used together");
         assert_eq!(message(&["reload", "now"]), "'reload' takes no arguments, got 'now'");
+        assert_eq!(message(&["reload", "--canary", "10%"]), "--canary needs --for DURATION (the window, e.g. 30s)");
+        assert_eq!(message(&["reload", "--canary", "0%", "--for", "1s"]).split(':').next(), Some("--canary"));
+        assert_eq!(message(&["reload", "--canary", "10%", "--for", "soon"]).split(':').next(), Some("--for"));
+        assert_eq!(message(&["reload", "--canary", "10%", "--for"]), "--for needs a value");
+        assert_eq!(message(&["rollback", "now"]), "'rollback' takes no arguments, got 'now'");
         assert_eq!(
             message(&["show", "proc", "--json"]),
             "'show proc' takes no arguments, got '--json' (options go before the command)"

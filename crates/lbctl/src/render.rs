@@ -46,7 +46,9 @@ pub(crate) fn response(response: &Response, command: Option<&str>, json: bool) -
         }
     }
     let exit = match response {
-        Response::Reloaded { .. } | Response::Proc(_) | Response::Runtime { .. } => Exit::Success,
+        Response::Reloaded { .. } | Response::RolledBack { .. } | Response::Proc(_) | Response::Runtime { .. } => {
+            Exit::Success
+        }
         Response::ReloadFailed { .. } | Response::Error { .. } => Exit::Failed,
     };
     if json {
@@ -55,9 +57,11 @@ pub(crate) fn response(response: &Response, command: Option<&str>, json: bool) -
         return Outcome { stdout: line(text), stderr: String::new(), exit };
     }
     let outcome = match response {
-        Response::Reloaded { pid, generation, took_ms } => {
-            Outcome::out(format!("reloaded: worker {pid} generation {generation} serving ({took_ms} ms)\n"))
+        Response::Reloaded { pid, generation, took_ms, canary } => {
+            let verdict = canary.as_ref().map_or_else(String::new, |v| format!("canary {v}\n"));
+            Outcome::out(format!("{verdict}reloaded: worker {pid} generation {generation} serving ({took_ms} ms)\n"))
         }
+        Response::RolledBack { message, .. } => Outcome::out(format!("rolled back: {message}\n")),
         // The error may hold many lines (one per configuration problem): all of them matter.
         Response::ReloadFailed { error } => Outcome::failed(line(format!("reload failed: {error}"))),
         Response::Proc(table) => Outcome::out(proc_table(table)),
@@ -113,6 +117,19 @@ pub(crate) fn proc_table(table: &ProcTable) -> String {
         text.push_str(line.trim_end());
         text.push('\n');
     }
+    let canary = &table.canary;
+    if canary.promoted + canary.rolled_back > 0 {
+        let _ = writeln!(text, "# canary verdicts: {} promoted, {} rolled back", canary.promoted, canary.rolled_back);
+        for verdict in &canary.verdicts {
+            let _ = writeln!(
+                text,
+                "generation {} {} ago: {}",
+                verdict.generation,
+                uptime(verdict.age_secs),
+                verdict.summary
+            );
+        }
+    }
     text
 }
 
@@ -134,6 +151,7 @@ fn role(role: Role) -> &'static str {
         Role::Current => "current",
         Role::Old => "old",
         Role::Starting => "starting",
+        Role::Canary => "canary",
     }
 }
 
@@ -174,6 +192,7 @@ mod tests {
                 entry(2190, Role::Old, 3, 1, 95, Some(3)),
                 entry(123_456, Role::Starting, 5, 0, 0, None),
             ],
+            canary: Default::default(),
         }
     }
 
@@ -199,7 +218,7 @@ mod tests {
 
     #[test]
     fn answers() {
-        let reloaded = Response::Reloaded { pid: 2201, generation: 4, took_ms: 812 };
+        let reloaded = Response::Reloaded { pid: 2201, generation: 4, took_ms: 812, canary: None };
         let out = response(&reloaded, None, false);
         assert_eq!(out, Outcome::out("reloaded: worker 2201 generation 4 serving (812 ms)\n".to_owned()));
 

@@ -80,12 +80,13 @@ fn table() -> ProcTable {
     ProcTable {
         master: entry(1234, Role::Master, 0, 3, 312, None),
         workers: vec![entry(2201, Role::Current, 4, 0, 40, Some(12)), entry(2190, Role::Old, 3, 1, 95, Some(3))],
+        canary: Default::default(),
     }
 }
 
 #[tokio::test]
 async fn reload_ok() -> TestResult {
-    let master = FakeMaster::start(Response::Reloaded { pid: 2201, generation: 4, took_ms: 812 })?;
+    let master = FakeMaster::start(Response::Reloaded { pid: 2201, generation: 4, took_ms: 812, canary: None })?;
     let out = lbctl(&["-s", s(&master.socket), "reload"]).await?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "reloaded: worker 2201 generation 4 serving (812 ms)\n");

@@ -28,6 +28,7 @@ pub(super) fn global(ctx: &mut Checker<'_>, raw: Option<&RawGlobal>) -> Global {
         max_old_workers: raw.max_old_workers,
         hard_stop_after: raw.hard_stop_after.as_ref(),
         worker_start_timeout: raw.worker_start_timeout.as_ref(),
+        canary: raw.canary.as_ref(),
     };
     Global {
         max_connections: ctx.limit(path, "max_connections", raw.max_connections).unwrap_or(MAX_CONNECTIONS),

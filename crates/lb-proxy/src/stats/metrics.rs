@@ -359,6 +359,16 @@ fn process(out: &mut String, proxy: &Proxy, procs: Option<&ProcTable>) {
         "Client connections still open in draining workers.",
         one(old.iter().filter_map(|w| w.connections).sum::<u64>()),
     );
+    let verdicts = procs.map(|t| (t.canary.promoted, t.canary.rolled_back));
+    family(
+        out,
+        "lb_proxy_canary_verdicts_total",
+        "counter",
+        "Canary reloads judged since the master started, by verdict.",
+        verdicts.into_iter().flat_map(|(promoted, rolled_back)| {
+            [(vec![("verdict", "promoted")], promoted), (vec![("verdict", "rolled_back")], rolled_back)]
+        }),
+    );
 }
 
 fn frontends(out: &mut String, proxy: &Proxy) {

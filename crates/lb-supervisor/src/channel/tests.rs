@@ -63,7 +63,7 @@ async fn messages_round_trip() {
     let ((to_worker, mut from_worker), (to_master, mut from_master)) = halves();
     let address: ListenAddr = "127.0.0.1:8080".parse().expect("address");
     let sent = vec![
-        ToWorker::Sockets { generation: 3, addresses: vec![address.clone()], last: true },
+        ToWorker::Sockets { generation: 3, addresses: vec![address.clone()], last: true, canary: None },
         ToWorker::Status,
         ToWorker::BindFailed { address, error: "in use".to_owned() },
         ToWorker::SoftStop,
@@ -82,6 +82,7 @@ async fn messages_round_trip() {
         version: "0.1.0".to_owned(),
         listening: vec![],
         settings: Settings::default(),
+        canary: None,
     };
     to_master.send(&ready, &[]).await.expect("send");
     let (got, _) = from_worker.recv::<ToMaster>().await.expect("recv").expect("a message");

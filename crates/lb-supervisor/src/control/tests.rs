@@ -22,7 +22,11 @@ fn table() -> ProcTable {
         version: "0.1.0".to_owned(),
         connections: None,
     };
-    ProcTable { master: entry(1, Role::Master, 0), workers: vec![entry(2, Role::Current, 1)] }
+    ProcTable {
+        master: entry(1, Role::Master, 0),
+        workers: vec![entry(2, Role::Current, 1)],
+        canary: Default::default(),
+    }
 }
 
 /// Answers like a master would, slowly for a reload; `runtime sleep` never answers.
@@ -30,11 +34,12 @@ async fn handler(request: Request) -> Response {
     match request {
         Request::Reload => {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            Response::Reloaded { pid: 42, generation: 2, took_ms: 50 }
+            Response::Reloaded { pid: 42, generation: 2, took_ms: 50, canary: None }
         }
         Request::ShowProc => Response::Proc(table()),
         Request::Runtime { line } if line == "sleep" => std::future::pending().await,
         Request::Runtime { line } => Response::Runtime { output: line.to_uppercase() },
+        Request::ReloadWith { .. } | Request::Rollback => Response::Error { message: "not here".into() },
     }
 }
 
@@ -64,7 +69,7 @@ async fn round_trip() -> TestResult {
     let dir = tempfile::tempdir()?;
     let path = start(dir.path())?;
     let reloaded = call(&path, &Request::Reload).await?;
-    assert_eq!(reloaded, Response::Reloaded { pid: 42, generation: 2, took_ms: 50 });
+    assert_eq!(reloaded, Response::Reloaded { pid: 42, generation: 2, took_ms: 50, canary: None });
     assert_eq!(call(&path, &Request::ShowProc).await?, Response::Proc(table()));
     let runtime = call(&path, &Request::Runtime { line: "show stat".to_owned() }).await?;
     assert_eq!(runtime, Response::Runtime { output: "SHOW STAT".to_owned() });
@@ -222,7 +227,7 @@ async fn call_blocking_answers_and_times_out() -> TestResult {
     let answer =
         tokio::task::spawn_blocking(move || call_blocking(&p, &Request::Reload, Some(Duration::from_secs(10))))
             .await??;
-    assert_eq!(answer, Response::Reloaded { pid: 42, generation: 2, took_ms: 50 });
+    assert_eq!(answer, Response::Reloaded { pid: 42, generation: 2, took_ms: 50, canary: None });
 
     let p = path.clone();
     let started = std::time::Instant::now();
@@ -253,11 +258,14 @@ async fn handler_with_state() -> TestResult {
         let counter = Arc::clone(&counter);
         async move {
             let generation = counter.fetch_add(1, Ordering::SeqCst) + 1;
-            Response::Reloaded { pid: 7, generation, took_ms: 1 }
+            Response::Reloaded { pid: 7, generation, took_ms: 1, canary: None }
         }
     }));
     for generation in 1..=3 {
-        assert_eq!(call(&path, &Request::Reload).await?, Response::Reloaded { pid: 7, generation, took_ms: 1 });
+        assert_eq!(
+            call(&path, &Request::Reload).await?,
+            Response::Reloaded { pid: 7, generation, took_ms: 1, canary: None }
+        );
     }
     assert_eq!(reloads.load(Ordering::SeqCst), 3);
     Ok(())

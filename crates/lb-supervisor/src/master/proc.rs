@@ -15,7 +15,9 @@ const STATUS_TIMEOUT: Duration = Duration::from_millis(500);
 impl Master {
     pub(super) async fn on_request(&mut self, request: Request, reply: oneshot::Sender<Response>) {
         match request {
-            Request::Reload => self.request_reload(Some(reply)).await,
+            Request::Reload => self.request_reload(Some(reply), None).await,
+            Request::ReloadWith { canary } => self.request_reload(Some(reply), Some(canary)).await,
+            Request::Rollback => self.rollback(reply).await,
             Request::ShowProc => self.show_proc(reply).await,
             Request::Runtime { line } => self.runtime(line, reply).await,
         }
@@ -44,6 +46,14 @@ impl Master {
 
     /// An old worker's counters arrived: hand them to the worker that asked for them.
     pub(super) async fn hand_snapshot(&mut self, from: u64, snapshot: Option<String>) {
+        // A canary that did not become current: its counts are added to the current worker's.
+        if self.workers.get_mut(&from).is_some_and(|w| std::mem::take(&mut w.counts_to_current)) {
+            let current = self.current.filter(|&c| c != from).and_then(|c| self.workers.get(&c));
+            if let (Some(counts), Some(current)) = (snapshot, current) {
+                let _ = current.proc.tx.send(&ToWorker::AddCounts { counts }, &[]).await;
+            }
+            return;
+        }
         let Some(to) = self.workers.get_mut(&from).and_then(|w| w.snapshot_for.take()) else { return };
         self.hand_snapshot_to(to, snapshot).await;
     }
@@ -96,6 +106,7 @@ impl Master {
             };
             rows.push((entry, asked.then_some(rx)));
         }
+        let canary = self.verdicts.table(now);
         // Answers come back through the master's loop: wait for them off the loop.
         tokio::spawn(async move {
             let deadline = tokio::time::Instant::now() + STATUS_TIMEOUT;
@@ -106,7 +117,7 @@ impl Master {
                 }
                 workers.push(entry);
             }
-            let _ = reply.send(Response::Proc(ProcTable { master, workers }));
+            let _ = reply.send(Response::Proc(ProcTable { master, workers, canary }));
         });
     }
 }

@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use super::canary::Promotion;
 use super::{Master, CRASH_WINDOW, KILL_GRACE};
+use crate::canary::CanarySettings;
 use crate::protocol::{Response, Role, Settings, ToWorker};
 use crate::secret::{SecretRing, SecretSpec};
 use crate::ListenAddr;
@@ -16,22 +18,53 @@ impl Master {
         version: String,
         listening: Vec<ListenAddr>,
         settings: Settings,
+        canary: Option<CanarySettings>,
     ) {
         let Some(reload) = self.reload.take_if(|r| r.generation == generation) else {
             tracing::warn!(generation, "unexpected READY");
             return;
         };
+        if let Some(worker) = self.workers.get_mut(&generation) {
+            worker.version = version;
+            worker.held = canary.is_some();
+        }
+        self.forget_rollback_file();
+        let mut waiters = reload.waiters;
+        // A canary under way is superseded by this newer worker, whatever becomes of it: the
+        // newest configuration is the one judged, against the current worker.
+        if let Some(superseded) = self.canary.take() {
+            waiters.extend(self.supersede(superseded).await);
+        }
+        let promotion = Promotion { listening, settings, waiters, started: reload.started };
+        match (canary, self.current.filter(|c| self.workers.contains_key(c))) {
+            (Some(plan), Some(current)) => self.start_canary(generation, current, plan, promotion).await,
+            _ => self.promote(generation, promotion, None).await,
+        }
+        for (line, reply) in std::mem::take(&mut self.waiting_runtime) {
+            self.runtime(line, reply).await;
+        }
+        self.next_queued().await;
+    }
+
+    /// Make `generation` the current worker: the previous one hands over its counters and
+    /// drains, the master keeps the new worker's sockets and settings, and whoever waited hears
+    /// it (with the canary's verdict, when there was one).
+    pub(super) async fn promote(&mut self, generation: u64, promotion: Promotion, verdict: Option<String>) {
+        let Promotion { listening, settings, waiters, started } = promotion;
         let now = Instant::now();
         let initial = self.current.is_none() && self.reloads == 0 && generation == 1;
         if let Some(worker) = self.workers.get_mut(&generation) {
             worker.role = Role::Current;
-            worker.version = version;
+            if std::mem::take(&mut worker.held) || verdict.is_some() {
+                let _ = worker.proc.tx.send(&ToWorker::Whole, &[]).await;
+            }
         }
-        let previous = self.current.replace(generation);
+        let previous = self.current.replace(generation).filter(|&g| g != generation);
         self.adopt_secrets(settings.secret, now);
         self.send_secrets().await;
         self.settings = settings;
         if let Some(old) = previous.and_then(|g| self.workers.get_mut(&g)) {
+            self.previous_config = old.config_text.clone();
             old.role = Role::Old;
             old.hard_stop_at = self.settings.hard_stop_after_ms.map(|ms| now + Duration::from_millis(ms));
             // Its counters first, then the drain: the new worker counts on from them.
@@ -57,24 +90,25 @@ impl Master {
         }
         self.enforce_max_old_workers(now);
         let pid = self.workers.get(&generation).map_or(0, |w| w.proc.pid);
-        let took_ms = now.duration_since(reload.started).as_millis() as u64;
+        let took_ms = now.duration_since(started).as_millis() as u64;
         tracing::info!(pid, generation, took_ms, "{} worker ready", self.name);
-        self.notifier.ready(&format!("serving: worker {pid} generation {generation}"));
+        let status = match &verdict {
+            Some(summary) => format!("serving: worker {pid} generation {generation}; canary {summary}"),
+            None => format!("serving: worker {pid} generation {generation}"),
+        };
+        self.notifier.ready(&status);
         if let Some(pipe) = self.detached.take() {
             pipe.ready();
         }
-        for waiter in reload.waiters {
-            let _ = waiter.send(Response::Reloaded { pid, generation, took_ms });
+        for waiter in waiters {
+            let _ = waiter.send(Response::Reloaded { pid, generation, took_ms, canary: verdict.clone() });
         }
         self.crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
-        for (line, reply) in std::mem::take(&mut self.waiting_runtime) {
-            self.runtime(line, reply).await;
-        }
-        self.next_queued().await;
     }
 
     pub(super) async fn fail_reload(&mut self, error: String) {
         let Some(mut reload) = self.reload.take() else { return };
+        self.forget_rollback_file();
         reload.failed = true;
         tracing::error!(generation = reload.generation, "reload failed: {error}");
         if let Some(worker) = self.workers.get_mut(&reload.generation) {
@@ -84,7 +118,7 @@ impl Master {
         }
         // Sockets bound for the failed worker go; while nothing serves, everything stays.
         if self.current.is_some() {
-            let keep = &self.current_listening;
+            let keep: Vec<ListenAddr> = self.current_listening.iter().chain(self.canary_listening()).cloned().collect();
             self.sockets.retain(|address, _| keep.contains(address));
         }
         if self.current.is_none() {
@@ -114,7 +148,8 @@ impl Master {
         if self.queued_reload && !self.stopping {
             self.queued_reload = false;
             let waiters = std::mem::take(&mut self.queued);
-            self.start_reload(waiters).await;
+            let ask = self.queued_ask.take();
+            self.start_reload(waiters, ask).await;
         }
     }
 

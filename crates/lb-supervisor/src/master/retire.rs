@@ -35,6 +35,9 @@ impl Master {
             self.fail_reload(error).await;
             return;
         }
+        if !self.stopping && self.canary_worker_exited(generation, &how).await {
+            return;
+        }
         match worker.role {
             Role::Current if !self.stopping => {
                 tracing::error!(pid, generation, "current worker died ({how}); starting a new one");
@@ -50,7 +53,7 @@ impl Master {
                 }
                 self.schedule_respawn();
             }
-            Role::Current | Role::Old | Role::Starting | Role::Master => {
+            Role::Current | Role::Old | Role::Starting | Role::Canary | Role::Master => {
                 tracing::info!(pid, generation, "worker exited ({how})");
                 if self.current == Some(generation) {
                     self.current = None;
@@ -107,6 +110,7 @@ impl Master {
         // once the workers stop accepting, new connections are refused rather than queued.
         self.sockets.clear();
         self.notifier.stopping("stopping: draining workers");
+        self.abandon_canary();
         for waiter in self.queued.drain(..) {
             let _ = waiter.send(Response::ReloadFailed { error: "the master is stopping".into() });
         }
@@ -138,7 +142,7 @@ impl Master {
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let workers = self.workers.values().flat_map(|w| [w.hard_stop_at, w.kill_at]).flatten();
-        let reload = self.reload.as_ref().map(|r| r.deadline);
+        let reload = self.reload.as_ref().map(|r| r.deadline).into_iter().chain(self.canary_deadline());
         let secrets = self.secrets.as_ref().map(SecretRing::next_change);
         workers.chain(reload).chain(self.respawn_at).chain(secrets).min()
     }
@@ -160,10 +164,11 @@ impl Master {
             self.fail_reload(format!("the new worker did not report ready within {timeout:?} (worker_start_timeout)"))
                 .await;
         }
+        self.canary_timer(now).await;
         if self.respawn_at.is_some_and(|at| at <= now) {
             self.respawn_at = None;
             if self.current.is_none() && self.reload.is_none() && !self.stopping {
-                self.start_reload(Vec::new()).await;
+                self.start_reload(Vec::new(), None).await;
             }
         }
         for (generation, worker) in self.workers.iter_mut() {

@@ -32,6 +32,13 @@ pub(crate) enum WorkerEvent {
     /// Its channel closed (it exited, or is about to).
     ChannelClosed,
     Exited(ExitStatus),
+    /// Not the worker's own: the figures of both workers of a canary, gathered off the loop
+    /// (the canary's generation).
+    CanaryFigures {
+        stage: super::canary::Stage,
+        old: Option<crate::Figures>,
+        new: Option<crate::Figures>,
+    },
 }
 
 /// A running worker process, from the master's side.

@@ -35,6 +35,7 @@ pub(crate) struct RawGlobal {
     pub(crate) ticket_key_rotation: Option<String>,
     pub(crate) ticket_lifetime: Option<String>,
     pub(crate) ticket_key_files: Option<Vec<String>>,
+    pub(crate) canary: Option<lb_config::RawCanary>,
 }
 
 /// TLS settings: under `tls:` for every frontend, and under a frontend's own `tls:` for

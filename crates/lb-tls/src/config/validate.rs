@@ -121,6 +121,7 @@ fn global(ctx: &mut Checker<'_>, raw: Option<&RawGlobal>) -> Option<Global> {
         max_old_workers: raw.max_old_workers,
         hard_stop_after: raw.hard_stop_after.as_ref(),
         worker_start_timeout: raw.worker_start_timeout.as_ref(),
+        canary: raw.canary.as_ref(),
     };
     // The control socket is required: lb-tls and lb-proxy on one host need one each.
     let supervision = supervision(ctx, &lent, SocketDefaults { control_socket: None, runtime_socket: None });

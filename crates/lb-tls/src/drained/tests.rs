@@ -2,13 +2,11 @@
 //! arrive together are all read, and a read that would find nothing waits for the socket.
 
 use std::io::{Read as _, Write as _};
-use std::pin::Pin;
 use std::time::Duration;
 
 use openssl::ssl::{Ssl, SslContext, SslContextBuilder, SslMethod, SslVerifyMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio_openssl::SslStream;
 
 use super::*;
 
@@ -75,8 +73,8 @@ async fn records_that_arrive_together_are_all_read() {
         tls.write_all(b"last").expect("write");
         tls.read_exact(&mut answer).expect("the answer");
     });
-    let mut tls = SslStream::new(Ssl::new(&server()).expect("an ssl"), Socket::new(ours)).expect("a stream");
-    Pin::new(&mut tls).accept().await.expect("a handshake");
+    let mut tls = TlsStream::new(Ssl::new(&server()).expect("an ssl"), Socket::new(ours)).expect("a stream");
+    tls.accept().await.expect("a handshake");
     let mut tls = Drained::new(tls);
     assert_eq!(read_exactly(&mut tls, 1).await, b"a");
     // Nothing more yet: the read waits (and from then on the stream knows the socket is empty).

@@ -64,8 +64,9 @@ pub(crate) fn show_stat(stats: &Stats, process: &Process) -> String {
     out
 }
 
-/// HAProxy's `show info` fields, filled in with what a TLS terminator has, and the library
-/// (`Tls_library`, lb-tls's own, after HAProxy's fields).
+/// HAProxy's `show info` fields, filled in with what a TLS terminator has (`TotalBytesOut`: the
+/// plaintext sent to clients, `show stat`'s `bout` summed), and lb-tls's own after them: the
+/// library (`Tls_library`) and `TotalBytesIn`.
 pub(crate) fn info(stats: &Stats, process: &Process, format: Format) -> String {
     let rows = stats.rows();
     let current: u64 = rows.iter().map(|(_, _, c)| c).sum();
@@ -82,7 +83,10 @@ pub(crate) fn info(stats: &Stats, process: &Process, format: Format) -> String {
         .set("CumSslConns", handshakes)
         .set("SslFrontendSessionReuse_pct", reuse_pct)
         .set("Listeners", rows.len())
-        .extra("Tls_library", &process.library);
+        .set("TotalBytesOut", sum(|t| t.bytes_out))
+        .extra("Tls_library", &process.library)
+        // HAProxy counts no bytes in; lb-tls does, as `show stat`'s `bin` summed.
+        .extra_counter("TotalBytesIn", sum(|t| t.bytes_in));
     info.render(format)
 }
 

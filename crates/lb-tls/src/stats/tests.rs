@@ -10,6 +10,7 @@ fn failures_are_classified_from_the_library_reasons() {
         ("tlsv1 alert unknown ca", Failure::Certificate),
         ("peer did not return a certificate", Failure::Certificate),
         ("tlsv1 unrecognized name (SNI nowhere.test)", Failure::Sni),
+        ("clienthello tlsext; parse tlsext (SNI api.example.test)", Failure::Sni),
         ("client closed the connection", Failure::Closed),
         ("connection error: Connection reset by peer (os error 104)", Failure::Closed),
         ("decode error", Failure::Other),
@@ -30,7 +31,8 @@ fn totals_carry_on_across_workers_and_late_counts_are_the_difference() {
     // After the hand-over, the old worker still finishes a connection.
     fe.opened();
     fe.handshake(true, "TLSv1.2", Some("ECDHE-ECDSA-AES128-GCM-SHA256"));
-    fe.transferred(10, 20);
+    fe.received_from_client(10);
+    fe.sent_to_client(20);
     let late = old.snapshot().since(&handed);
 
     let new = Stats::new(vec!["127.0.0.1:443".into(), "127.0.0.1:8443".into()]);

@@ -222,18 +222,26 @@ fn a_million_ipv4_entries_with_three_counters() {
         store(DataType::ConnCur, None),
         store(DataType::HttpErrRate, Some(10)),
     ];
-    let table = Table::new(config("t", 1_000_000, stored));
+    let tables = Tables::new(&[config("t", 1_000_000, stored)]);
+    let table = tables.get("t").expect("table");
+    let now = Now::read();
     let started = std::time::Instant::now();
     for i in 0..1_000_000u32 {
         let key = Key::ip(&table.config.key, IpAddr::from(i.wrapping_mul(2_654_435_761).to_be_bytes())).expect("key");
-        table.update(&key, Now(T0), |row, _| row.add(DataType::HttpReqRate, 1));
+        table.update(&key, now, |row, _| row.add(DataType::HttpReqRate, 1));
     }
     let took = started.elapsed();
     let used = table.used();
     let bytes = table.allocated();
-    println!("entries {used} table bytes {bytes} ({:.1} MiB) inserts {:?}", bytes as f64 / 1048576.0, took);
+    let handed = handover::export(&tables).len();
+    println!(
+        "entries {used} table bytes {bytes} ({:.1} MiB) inserts {took:?} hand-over {:.1} MiB",
+        bytes as f64 / 1048576.0,
+        handed as f64 / 1048576.0
+    );
     assert_eq!(used, 1_000_000);
     assert!(bytes <= 128 << 20);
+    assert!(handed < 64 << 20, "a hand-over fits in one channel message");
 }
 
 #[test]

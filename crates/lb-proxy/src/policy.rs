@@ -8,6 +8,7 @@
 
 mod actions;
 mod cond;
+mod connection;
 pub(crate) mod fuzz;
 mod patterns;
 mod template;
@@ -37,6 +38,8 @@ pub(crate) struct Subject<'a> {
     pub(crate) facts: &'a ConnFacts,
     pub(crate) frontend: &'a str,
     pub(crate) response: Option<(u16, &'a HeaderMap)>,
+    /// The request's tracked table entries (`sc0`–`sc2`), when it tracks any.
+    pub(crate) tracked: Option<&'a crate::tables::Tracked>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +67,10 @@ pub(crate) fn strip_port(host: &str) -> &str {
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }
+
+/// A `tcp_request` rule closed the connection.
+#[derive(Debug)]
+pub(crate) struct Rejected;
 
 /// A rule's condition, with `unless` folded in.
 #[derive(Debug)]
@@ -103,6 +110,8 @@ pub(crate) struct FrontendPolicy {
     by_name: HashMap<String, Arc<BackendState>>,
     request: Vec<actions::RequestRule>,
     response: Vec<actions::ResponseRule>,
+    /// `tcp_request` rules, at accept.
+    connection: Vec<connection::ConnRule>,
     pub(crate) unique_id: Option<UniqueId>,
     /// Capture slots of the log's request and response blocks.
     pub(crate) request_captures: usize,
@@ -150,6 +159,7 @@ impl FrontendPolicy {
         policy: &Policy,
         patterns: &Patterns,
         backends: &Backends,
+        tables: &crate::tables::Tables,
     ) -> Result<Self, String> {
         let err = |what: String| move |e: CompileError| format!("frontend {}: {what}: {}", fe.name, e.0);
         let by_name: HashMap<String, Arc<BackendState>> =
@@ -174,10 +184,12 @@ impl FrontendPolicy {
                 hits: AtomicU64::new(0),
             });
         }
-        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns)
+        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns, tables)
             .map_err(|(i, e)| err(format!("http_request[{i}]"))(e))?;
         let (response, response_captures) = actions::compile_response(&fe.http_response, policy, patterns)
             .map_err(|(i, e)| err(format!("http_response[{i}]"))(e))?;
+        let connection = connection::compile(&fe.tcp_request, policy, patterns, tables)
+            .map_err(|(i, e)| err(format!("tcp_request[{i}]"))(e))?;
         let response_reads_request = fe.http_response.iter().any(|r| {
             r.guard.as_ref().is_some_and(|g| reads_request(&g.condition, policy, 0))
                 || matches!(&r.action, ResponseAction::SetHeader(h) | ResponseAction::AddHeader(h)
@@ -196,6 +208,7 @@ impl FrontendPolicy {
             by_name,
             request,
             response,
+            connection,
             unique_id: fe.unique_id.clone(),
             request_captures,
             response_captures,
@@ -251,7 +264,23 @@ impl FrontendPolicy {
             self.routes.iter().enumerate().map(|(i, r)| ("rules", i, "use_backend", r.hits.load(Ordering::Relaxed)));
         let request = self.request.iter().enumerate().map(|(i, r)| ("http_request", i, r.name(), r.hits()));
         let response = self.response.iter().enumerate().map(|(i, r)| ("http_response", i, r.name(), r.hits()));
-        routes.chain(request).chain(response).collect()
+        let connection = self.connection.iter().enumerate().map(|(i, r)| ("tcp_request", i, r.name(), r.hits()));
+        routes.chain(request).chain(response).chain(connection).collect()
+    }
+
+    /// Runs the `tcp_request` rules on a new connection: what it tracks (held until it ends;
+    /// boxed, so that a connection's task stays small when there is none), or `Err` when it is
+    /// to be closed at once.
+    pub(crate) fn on_connection(
+        &self,
+        facts: &ConnFacts,
+        frontend: &str,
+    ) -> Result<Option<Box<crate::tables::Tracked>>, Rejected> {
+        if self.connection.is_empty() {
+            return Ok(None);
+        }
+        let tracked = connection::run(&self.connection, facts, frontend).ok_or(Rejected)?;
+        Ok((!tracked.is_empty()).then(|| Box::new(tracked)))
     }
 
     pub(crate) fn has_request_rules(&self) -> bool {

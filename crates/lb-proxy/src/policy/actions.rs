@@ -2,15 +2,19 @@
 //! capture slots numbered) and run on a request's or a response's head.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use lb_config::{Policy, Redirect, RedirectTo, Reply, RequestAction, ResponseAction, Template, TemplatePart};
+use lb_config::{
+    Fetch, Mark, Policy, Redirect, RedirectTo, Reply, RequestAction, ResponseAction, Tarpit, Template, TemplatePart,
+};
 
 use super::cond::CompileError;
 use super::template::{render, RequestVars};
 use super::{when, Fetched, FrontendPolicy, Patterns, RequestView, Subject, When};
 use crate::facts::ConnFacts;
+use crate::tables::{Key, Now, Table, Tables, TrackOutcome, Tracked};
 
 #[derive(Debug)]
 pub(super) struct RequestRule {
@@ -36,7 +40,19 @@ enum Req {
     Add(HeaderName, Value),
     Del(HeaderName),
     SetPath(Template),
-    Capture { header: HeaderName, length: usize, slot: usize },
+    Capture {
+        header: HeaderName,
+        length: usize,
+        slot: usize,
+    },
+    Track {
+        slot: u8,
+        table: Arc<Table>,
+        key: Fetch,
+    },
+    Tarpit(Tarpit),
+    /// `set_gpt` (true) or `inc_gpc` (false).
+    Mark(Mark, bool),
 }
 
 #[derive(Debug)]
@@ -92,7 +108,16 @@ impl Value {
 pub(crate) enum Final<'p> {
     Deny(&'p Reply),
     Return(&'p Reply),
-    Redirect { code: u16, location: String },
+    Redirect {
+        code: u16,
+        location: String,
+    },
+    /// Hold the request, then answer.
+    Tarpit(&'p Tarpit),
+    /// Past a table's `limit_req` burst: 429, and when to come back.
+    LimitReq {
+        retry_after_ms: u64,
+    },
 }
 
 /// The values captured for the log's `{…}` blocks, by slot.
@@ -110,6 +135,7 @@ pub(super) fn compile_request(
     rules: &[lb_config::RequestRule],
     policy: &Policy,
     patterns: &Patterns,
+    tables: &Tables,
 ) -> Result<(Vec<RequestRule>, usize), (usize, CompileError)> {
     let mut slots = 0;
     let mut out = Vec::with_capacity(rules.len());
@@ -128,6 +154,17 @@ pub(super) fn compile_request(
                     slots += 1;
                     Req::Capture { header: header_name(&c.header)?, length: c.length, slot: slots - 1 }
                 }
+                RequestAction::Track(t) => Req::Track {
+                    slot: t.slot,
+                    table: tables
+                        .get(&t.table)
+                        .cloned()
+                        .ok_or_else(|| CompileError(format!("no table `{}`", t.table)))?,
+                    key: t.key.clone(),
+                },
+                RequestAction::Tarpit(t) => Req::Tarpit(t.clone()),
+                RequestAction::SetGpt(m) => Req::Mark(*m, true),
+                RequestAction::IncGpc(m) => Req::Mark(*m, false),
             };
             Ok(RequestRule { when: when(rule.guard.as_ref(), policy, patterns)?, action, hits: AtomicU64::new(0) })
         })();
@@ -174,11 +211,20 @@ impl RequestRule {
             Req::Del(_) => "del_header",
             Req::SetPath(_) => "set_path",
             Req::Capture { .. } => "capture",
+            Req::Track { .. } => "track",
+            Req::Tarpit(_) => "tarpit",
+            Req::Mark(_, true) => "set_gpt",
+            Req::Mark(_, false) => "inc_gpc",
         }
     }
 
     pub(super) fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The tracked slots its condition reads (a bit each).
+    fn slots_read(&self) -> u8 {
+        self.when.as_ref().map_or(0, |w| w.cond.slots_read())
     }
 }
 
@@ -225,18 +271,37 @@ impl FrontendPolicy {
         frontend: &str,
         unique_id: Option<&str>,
         captures: &mut Captured,
+        tracked: &mut Tracked,
     ) -> Option<Final<'p>> {
         let mut rules = self.request.iter();
         loop {
             // Conditions and templates read the head as the rules before left it: what the
             // conditions fetch from it holds until a rule's action changes it.
-            let subject = Subject { req: Some(RequestView::of(parts)), facts, frontend, response: None };
+            let tracking = (!tracked.is_empty()).then_some(&*tracked);
+            let subject =
+                Subject { req: Some(RequestView::of(parts)), facts, frontend, response: None, tracked: tracking };
             let fetched = Fetched::default();
             let rule = rules.by_ref().find(|r| r.when.as_ref().is_none_or(|w| w.holds(&subject, &fetched)))?;
             rule.hits.fetch_add(1, Ordering::Relaxed);
+            if let Req::Track { slot, table, key } = &rule.action {
+                let Some(key) = table_key(&subject, table, key) else { continue };
+                if let TrackOutcome::Refused { retry_after_ms } = tracked.track(*slot, table, key, Now::read()) {
+                    return Some(Final::LimitReq { retry_after_ms });
+                }
+                continue;
+            }
             let vars = RequestVars { subject: &subject, unique_id };
             match &rule.action {
-                Req::Deny(r) => return Some(Final::Deny(r)),
+                Req::Track { .. } => {}
+                Req::Tarpit(t) => {
+                    tracked.read_by_refusal = rule.slots_read();
+                    return Some(Final::Tarpit(t));
+                }
+                Req::Mark(mark, set) => tracked.mark(mark, *set, Now::read()),
+                Req::Deny(r) => {
+                    tracked.read_by_refusal = rule.slots_read();
+                    return Some(Final::Deny(r));
+                }
                 Req::Return(r) => return Some(Final::Return(r)),
                 Req::Redirect(r) => {
                     if let Some(location) = location(r, &subject, &vars) {
@@ -288,7 +353,7 @@ impl FrontendPolicy {
     ) -> Option<&'p Reply> {
         let mut rules = self.response.iter();
         loop {
-            let subject = Subject { req, facts, frontend, response: Some((status, &*headers)) };
+            let subject = Subject { req, facts, frontend, response: Some((status, &*headers)), tracked: None };
             let fetched = Fetched::default();
             let rule = rules.by_ref().find(|r| r.when.as_ref().is_none_or(|w| w.holds(&subject, &fetched)))?;
             rule.hits.fetch_add(1, Ordering::Relaxed);
@@ -318,6 +383,16 @@ impl FrontendPolicy {
                 }
             }
         }
+    }
+}
+
+/// The key `fetch` gives for `table`; `None` when the request has no such value (it is then
+/// not tracked, as HAProxy tracks nothing without a sample).
+fn table_key(s: &Subject<'_>, table: &Table, fetch: &Fetch) -> Option<Key> {
+    match fetch {
+        Fetch::Src => Key::ip(&table.config.key, s.facts.client?.ip())
+            .or_else(|| Key::bytes(&table.config.key, s.facts.client?.ip().to_string().as_bytes())),
+        other => Key::bytes(&table.config.key, s.value(other)?.as_bytes()),
     }
 }
 

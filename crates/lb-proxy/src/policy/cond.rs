@@ -167,6 +167,19 @@ impl<'a> Fetched<'a> {
 }
 
 impl Cond {
+    /// The tracked slots the condition reads (a bit each): a refusal on it counts against
+    /// their tables.
+    pub(crate) fn slots_read(&self) -> u8 {
+        match self {
+            Cond::All(cs) | Cond::Any(cs) => cs.iter().fold(0, |bits, c| bits | c.slots_read()),
+            Cond::Not(c) => c.slots_read(),
+            Cond::Test(t) => match t.fetch {
+                CFetch::Single(Fetch::Sc { slot, .. }) => 1 << slot,
+                _ => 0,
+            },
+        }
+    }
+
     pub(crate) fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
         match self {
             Cond::All(cs) => cs.iter().all(|c| c.holds(s, fetched)),
@@ -214,6 +227,16 @@ impl CTest {
                 (CMatch::List(cell), Some(ip)) if cell.kind == ListKind::Ip => cell.contains_addr(ip),
                 _ => false,
             };
+        }
+        // A tracked figure is a number: compared as one, without making text of it.
+        if let CFetch::Single(Fetch::Sc { slot, data }) = self.fetch {
+            let value = s.tracked.and_then(|t| t.read(slot, data));
+            match (&self.matcher, value) {
+                (CMatch::Exists(want), v) => return v.is_some() == *want,
+                (CMatch::Int(c), Some(v)) => return compare(c, i64::try_from(v).unwrap_or(i64::MAX)),
+                (CMatch::Int(_), None) => return false,
+                _ => {}
+            }
         }
         match &self.matcher {
             CMatch::Exists(want) => s.present(&self.fetch, fetched) == *want,
@@ -322,6 +345,9 @@ impl Subject<'_> {
             }
             Fetch::Query(name) => self.query_values(name).next().map(Cow::Borrowed),
             Fetch::Cookie(name) => self.cookie_values(name).next().map(Cow::Borrowed),
+            Fetch::Sc { slot, data } => {
+                self.tracked.and_then(|t| t.read(*slot, *data)).map(|v| Cow::Owned(v.to_string()))
+            }
         }
     }
 

@@ -51,7 +51,14 @@ fn setup() -> (FrontendPolicy, Patterns) {
     let config = lb_config::Config::parse(CONFIG, "policy.yaml").expect("valid");
     let patterns = Patterns::new(&config.policy);
     let backends = Backends::new(&config);
-    let policy = FrontendPolicy::new(&config.frontends[0], &config.policy, &patterns, &backends).expect("compiles");
+    let policy = FrontendPolicy::new(
+        &config.frontends[0],
+        &config.policy,
+        &patterns,
+        &backends,
+        &crate::tables::Tables::default(),
+    )
+    .expect("compiles");
     (policy, patterns)
 }
 
@@ -69,7 +76,7 @@ fn facts(client: &str) -> ConnFacts {
 
 fn routed(p: &FrontendPolicy, parts: &http::request::Parts) -> String {
     let f = facts("192.0.2.1:5000");
-    let s = Subject { req: Some(RequestView::of(parts)), facts: &f, frontend: "s3", response: None };
+    let s = Subject { req: Some(RequestView::of(parts)), facts: &f, frontend: "s3", response: None, tracked: None };
     p.route(&s).map(|b| b.name().to_owned()).unwrap_or_default()
 }
 
@@ -93,11 +100,14 @@ fn the_object_storage_routing() {
 fn run(p: &FrontendPolicy, parts: &mut http::request::Parts, client: &str) -> (Option<String>, Captured) {
     let f = facts(client);
     let mut captured = Captured::default();
-    let outcome = p.on_request(parts, &f, "s3", None, &mut captured).map(|f| match f {
-        Final::Deny(r) => format!("deny {}", r.status),
-        Final::Return(r) => format!("return {}", r.status),
-        Final::Redirect { code, location } => format!("redirect {code} {location}"),
-    });
+    let outcome =
+        p.on_request(parts, &f, "s3", None, &mut captured, &mut crate::tables::Tracked::default()).map(|f| match f {
+            Final::Deny(r) => format!("deny {}", r.status),
+            Final::Return(r) => format!("return {}", r.status),
+            Final::Redirect { code, location } => format!("redirect {code} {location}"),
+            Final::Tarpit(t) => format!("tarpit {}", t.reply.status),
+            Final::LimitReq { retry_after_ms } => format!("limit_req {retry_after_ms}"),
+        });
     (outcome, captured)
 }
 

@@ -16,9 +16,9 @@ use tokio::sync::{mpsc, watch};
 use crate::apply::Applier;
 use crate::config::{Config, Service};
 use crate::hysteresis::{Servers, Sets, State};
+use crate::node::Member;
 use crate::status::{unix_now, Metrics, Shared};
 use crate::zk::{self, ZkEvent};
-use crate::node::Member;
 use crate::{node, render, Error};
 
 /// Runs lb-watcher until `shutdown` turns true. Errors only for what makes starting pointless

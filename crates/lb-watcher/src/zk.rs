@@ -58,6 +58,7 @@ pub enum ZkEvent {
 /// After a change, further changes for this long are read in the same pass.
 const SETTLE: Duration = Duration::from_millis(20);
 const RETRY_MIN: Duration = Duration::from_millis(200);
+const ARM_RETRY: Duration = Duration::from_secs(1);
 
 /// Runs until `shutdown` turns true or the engine goes away.
 pub async fn run(
@@ -153,6 +154,11 @@ impl Session<'_> {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::warn!("{e}");
+                    // Refused while connected (a ZooKeeper without addWatch): not in a tight loop.
+                    tokio::select! {
+                        () = tokio::time::sleep(ARM_RETRY) => {}
+                        _ = shutdown.changed() => return Ended::Shutdown,
+                    }
                     match wait_connected(&mut state, shutdown).await {
                         Some(ended) => return ended,
                         None => continue,

@@ -18,7 +18,8 @@ const DIR: &str = "/com/example/test/api";
 const INITIAL: usize = 100;
 
 fn nerve(i: usize, port: u16, weight: u32) -> Vec<u8> {
-    format!(r#"{{"host":"10.0.{}.{}","port":{port},"name":"api","weight":{weight}}}"#, i / 250, i % 250 + 1).into_bytes()
+    format!(r#"{{"host":"10.0.{}.{}","port":{port},"name":"api","weight":{weight}}}"#, i / 250, i % 250 + 1)
+        .into_bytes()
 }
 
 fn name(i: usize) -> String {
@@ -74,6 +75,31 @@ async fn cost(watcher: &WatcherProcess, before: Reads) -> Reads {
     Reads { requests: now.requests - before.requests, nodes: now.nodes - before.nodes, whole: now.whole - before.whole }
 }
 
+/// What was read since `before`, once a whole read of the path is done (its counters are
+/// taken as it goes: the listing first, the nodes after).
+async fn whole_read_since(watcher: &WatcherProcess, before: Reads) -> Reads {
+    let mut seen = cost(watcher, before).await;
+    for _ in 0..50 {
+        if seen.nodes >= INITIAL as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = cost(watcher, before).await;
+    }
+    seen
+}
+
+/// ZooKeeper with the `INITIAL` registrations, from a session of `session_timeout`, and a
+/// directory for lb-watcher.
+async fn registered_at_start(session_timeout: Duration) -> (ZkServer, tempfile::TempDir, ZkClient) {
+    let zk = ZkServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let client = ZkClient::connect_with(&zk.connect_string(), session_timeout).await;
+    client.mkdir(DIR).await;
+    registered(&client, 0..INITIAL).await;
+    (zk, dir, client)
+}
+
 async fn registered(client: &ZkClient, range: std::ops::Range<usize>) {
     let nodes: Vec<(String, Vec<u8>)> = range.map(|i| (name(i), nerve(i, 80, 10))).collect();
     client.create_many(DIR, &nodes).await;
@@ -81,11 +107,7 @@ async fn registered(client: &ZkClient, range: std::ops::Range<usize>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joins_leaves_and_changed_data_cost_only_the_nodes_that_changed() {
-    let zk = ZkServer::start();
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let client = ZkClient::connect(&zk.connect_string()).await;
-    client.mkdir(DIR).await;
-    registered(&client, 0..INITIAL).await;
+    let (zk, dir, client) = registered_at_start(Duration::from_secs(10)).await;
     let watcher = start(dir.path(), &zk, "6s", "", &[]).await;
     assert!(wait_count(dir.path(), INITIAL).await);
     // The start: one listing and one multi-read of every node.
@@ -125,11 +147,7 @@ async fn joins_leaves_and_changed_data_cost_only_the_nodes_that_changed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnection_and_an_expiry_each_cost_one_whole_read() {
-    let mut zk = ZkServer::start();
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let client = ZkClient::connect_with(&zk.connect_string(), Duration::from_secs(30)).await;
-    client.mkdir(DIR).await;
-    registered(&client, 0..INITIAL).await;
+    let (mut zk, dir, client) = registered_at_start(Duration::from_secs(30)).await;
     let watcher = start(dir.path(), &zk, "4s", "", &[]).await;
     assert!(wait_count(dir.path(), INITIAL).await);
     let before = reads(&watcher).await;
@@ -141,15 +159,7 @@ async fn a_reconnection_and_an_expiry_each_cost_one_whole_read() {
     let back = wait_until(Duration::from_secs(20), || watcher.stderr_count("ZooKeeper connected") >= 2).await;
     assert!(back, "reconnected: {:?}", watcher.stderr());
     let whole_once = Reads { requests: 2, nodes: INITIAL as u64, whole: 1 };
-    let mut seen = cost(&watcher, before).await;
-    for _ in 0..50 {
-        if seen.nodes >= INITIAL as u64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        seen = cost(&watcher, before).await;
-    }
-    assert_eq!(seen, whole_once, "a reconnection");
+    assert_eq!(whole_read_since(&watcher, before).await, whole_once, "a reconnection");
     assert!(watcher.metric("lb_watcher_zookeeper_disconnects_total").await >= 1);
     assert_eq!(watcher.metric("lb_watcher_zookeeper_expirations_total").await, 0, "the session lived");
 
@@ -161,31 +171,18 @@ async fn a_reconnection_and_an_expiry_each_cost_one_whole_read() {
     watcher.wait_for_stderr("session expired", Duration::from_secs(15)).await;
     let renewed = wait_until(Duration::from_secs(15), || watcher.stderr_count("(new)") >= 1).await;
     assert!(renewed, "{:?}", watcher.stderr());
-    let mut seen = cost(&watcher, before).await;
-    for _ in 0..50 {
-        if seen.nodes >= INITIAL as u64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        seen = cost(&watcher, before).await;
-    }
-    assert_eq!(seen, whole_once, "an expiry");
+    assert_eq!(whole_read_since(&watcher, before).await, whole_once, "an expiry");
     assert_eq!(watcher.metric("lb_watcher_zookeeper_expirations_total").await, 1);
     assert_eq!(servers_in(dir.path()).len(), INITIAL);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_finds_and_repairs_what_the_watch_missed() {
-    let zk = ZkServer::start();
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let client = ZkClient::connect(&zk.connect_string()).await;
-    client.mkdir(DIR).await;
-    registered(&client, 0..INITIAL).await;
+    let (zk, dir, client) = registered_at_start(Duration::from_secs(10)).await;
     // While this file exists the watcher ignores the watch's events (debug builds only).
     let deaf = dir.path().join("deaf");
     let deaf_env = deaf.to_str().expect("a UTF-8 path");
-    let watcher =
-        start(dir.path(), &zk, "6s", "  audit_interval: 5s\n", &[("LB_WATCHER_FAULT_DEAF", deaf_env)]).await;
+    let watcher = start(dir.path(), &zk, "6s", "  audit_interval: 5s\n", &[("LB_WATCHER_FAULT_DEAF", deaf_env)]).await;
     assert!(wait_count(dir.path(), INITIAL).await);
     std::fs::write(&deaf, b"").expect("the fault file");
     let before = reads(&watcher).await;

@@ -170,14 +170,8 @@ impl Engine {
                     }
                     let prefix = format!("{}:{path}", service.backend);
                     self.warned.retain(|(k, n), _| *k != prefix || children.contains_key(n));
-                    tracing::debug!(
-                        "{path}: {} nodes, {} servers for backend {}",
-                        children.len(),
-                        servers.len(),
-                        service.backend
-                    );
-                    self.servers.insert(service.backend.clone(), servers.clone());
-                    self.state.observe(&service.backend, servers, now, &mut self.rng);
+                    let read = format!("{path}: {} nodes", children.len());
+                    self.observe(&service, &read, servers, now);
                 }
             }
             ZkEvent::Changes { path, nodes } => {
@@ -194,17 +188,18 @@ impl Engine {
                             self.warned.remove(&(format!("{}:{path}", service.backend), name.clone()));
                         }
                     }
-                    tracing::debug!(
-                        "{path}: {} nodes changed, {} servers for backend {}",
-                        nodes.len(),
-                        servers.len(),
-                        service.backend
-                    );
-                    self.servers.insert(service.backend.clone(), servers.clone());
-                    self.state.observe(&service.backend, servers, now, &mut self.rng);
+                    let read = format!("{path}: {} nodes changed", nodes.len());
+                    self.observe(&service, &read, servers, now);
                 }
             }
         }
+    }
+
+    /// `service`'s servers as ZooKeeper has them now, after `read`, to the hysteresis.
+    fn observe(&mut self, service: &Service, read: &str, servers: Servers, now: Instant) {
+        tracing::debug!("{read}, {} servers for backend {}", servers.len(), service.backend);
+        self.servers.insert(service.backend.clone(), servers.clone());
+        self.state.observe(&service.backend, servers, now, &mut self.rng);
     }
 
     /// The server node `name` under `path` stands for, if it is one for `service`; a bad node

@@ -269,21 +269,26 @@ mod tests {
     /// A drained server that a keep-alive client still holds is not "in step": the drift check
     /// must keep its deletion pending, else the `del server` that finally succeeds is taken
     /// for lb-proxy drifting from the file (a false warning, seen in scripts/fleet).
+    /// The deletions go in one request: lb-proxy's answer to it is told apart by command (one
+    /// refused, one done).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_drained_server_still_held_is_draining_not_in_sync() {
         let web1 = TestServer::start("web1");
         let web2 = TestServer::start("web2");
-        let addr = web1.addr();
+        let web3 = TestServer::start("web3");
+        let (addr, addr3) = (web1.addr(), web3.addr());
         let proxy = ProxyProcess::start_with(1, |ports| {
             format!(
                 "global:\n  worker_threads: 1\n\
                  defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n\
                  frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{}\"]\n    default_backend: api\n\
-                 backends:\n  - name: api\n    servers: [ {{ name: web1, address: \"{addr}\" }} ]\n",
+                 backends:\n  - name: api\n    servers: [ {{ name: web1, address: \"{addr}\" }}, \
+                 {{ name: web3, address: \"{addr3}\", weight: 0 }} ]\n",
                 ports[0]
             )
         });
-        // A keep-alive client: lb-proxy pins its server connection to web1 (`http_reuse: never`).
+        // A keep-alive client (web3, of weight 0, takes none): lb-proxy pins its server
+        // connection to web1 (`http_reuse: never`).
         let mut held = client::Connection::open(proxy.addr()).await.expect("a client connection");
         let answer = held.get("/").await.expect("a response");
         assert_eq!(answer.server(), Some("web1"));
@@ -314,9 +319,10 @@ mod tests {
         let wanted = BTreeMap::from([("web2".to_owned(), Member { address: web2.addr(), weight: 100 })]);
         let sets = BTreeMap::from([("api".to_owned(), wanted)]);
 
-        // web2 added and made ready, web1 drained; its deletion refused while the client holds it.
+        // web2 added and made ready, web1 and web3 drained; web3 deleted, web1's deletion refused
+        // while the client holds it.
         let first = applier.membership(&services, &sets).await.expect("runtime commands");
-        assert_eq!(first, Applied::Runtime { commands: 3 });
+        assert_eq!(first, Applied::Runtime { commands: 5 });
         // What the next drift check sees: nothing to send, web1 still there.
         let again = applier.membership(&services, &sets).await.expect("runtime commands");
         assert_eq!(again, Applied::Draining { waiting: 1 });

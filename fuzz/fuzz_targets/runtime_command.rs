@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 
 /// Two frontends and two backends with servers of every kind the commands treat apart: checked
-/// or not, slowstart, IPv6, drained.
+/// or not, slowstart, IPv6, drained; tables of each key type (addresses grouped by network,
+/// strings with a bucket, integers), so that `show/clear/set table` parse keys of every kind.
 const CONFIG: &str = r#"
 global: { max_connections: 1000, log: { target: none } }
 defaults: { mode: http }
@@ -27,6 +28,10 @@ backends:
     balance: roundrobin
     servers:
       - { name: b1, address: "[2001:db8::1]:8000", state: drain }
+tables:
+  per_ip: { size: 100, expire: 10m, prefix: { ipv4: 24, ipv6: 64 }, store: [http_req_rate(10s), conn_cur, gpc0, bytes_out_cnt] }
+  api_keys: { type: string, len: 16, size: 10, expire: 1m, store: [http_req_cnt, gpt0], limit_req: { rate: 5, burst: 2 } }
+  ids: { type: integer, size: 3, expire: 1s, store: [gpc1, http_err_rate(1m)] }
 "#;
 
 fn config() -> &'static lb_config::Config {

@@ -29,6 +29,7 @@
 //! - `units`, `address`, `names`: durations and sizes, addresses, enumerated keywords.
 //! - `policy`: the edge-policy language's typed model (conditions, actions, lists, maps,
 //!   templates); `validate::policy` reads it, `render::policy` writes it.
+//! - `table`: limit tables (`tables:`, HAProxy's stick tables) and their data types' names.
 //! - `error_pages`: the built-in error responses and HAProxy-style errorfiles.
 //! - `defaults`: every default value in one place.
 //! - `render`: [`Config::to_yaml`].
@@ -49,6 +50,7 @@ mod policy;
 mod raw;
 mod render;
 mod supervision;
+mod table;
 mod units;
 mod validate;
 
@@ -71,6 +73,10 @@ pub use policy::{
     ResponseAction, ResponseRule, RouteTarget, Template, TemplatePart, Test, UniqueId, Var,
 };
 pub use supervision::{loopback, supervision, RawCanary, RawNumber, RawSupervision, SocketDefaults};
+pub use table::{
+    Bucket, ConnectionAction, ConnectionRule, DataType, KeyType, Mark, Store, Table, Tarpit, Track, GENERAL_PURPOSE,
+    SLOTS,
+};
 pub use units::{format_duration, parse_duration};
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ pub struct Config {
     pub backends: Vec<Backend>,
     /// Named conditions, lists and maps, shared by every frontend's rules.
     pub policy: Policy,
+    /// Limit tables (`tables:`), shared by every frontend, in name order.
+    pub tables: Vec<crate::table::Table>,
 }
 
 /// Process-wide settings (`global:`).
@@ -184,6 +186,8 @@ pub struct Frontend {
     pub http_request: Vec<RequestRule>,
     /// `http_response` rules, in order, on each response (HAProxy's `http-response`).
     pub http_response: Vec<ResponseRule>,
+    /// `tcp_request` rules, in order, at accept (HAProxy's `tcp-request connection`).
+    pub tcp_request: Vec<crate::table::ConnectionRule>,
     pub unique_id: Option<UniqueId>,
     /// The access-log line of this frontend; `None`: `global.log.format`.
     pub log_format: Option<AccessLogFormat>,

@@ -83,6 +83,13 @@ pub enum Fetch {
     Status,
     /// A response header (response time only).
     ResponseHeader(String),
+    /// A figure of the entry tracked in a slot (`{ sc0: { name: http_req_rate, gt: 100 } }`,
+    /// HAProxy's `sc_http_req_rate(0)`); absent when the slot is not tracked or its table does
+    /// not store the figure.
+    Sc {
+        slot: u8,
+        data: crate::table::DataType,
+    },
 }
 
 impl Fetch {
@@ -104,6 +111,9 @@ impl Fetch {
         ("tls_cipher", false),
         ("status", false),
         ("response_header", true),
+        ("sc0", true),
+        ("sc1", true),
+        ("sc2", true),
     ];
 
     /// Builds the fetch named `key` (one of [`Fetch::KEYS`]) with its `name` argument.
@@ -126,6 +136,10 @@ impl Fetch {
             "tls_cipher" => Fetch::TlsCipher,
             "status" => Fetch::Status,
             "response_header" => Fetch::ResponseHeader(name().to_ascii_lowercase()),
+            "sc0" | "sc1" | "sc2" => {
+                let slot = key.as_bytes()[2] - b'0';
+                Fetch::Sc { slot, data: crate::table::DataType::parse(&name())? }
+            }
             _ => return None,
         })
     }
@@ -149,6 +163,7 @@ impl Fetch {
             Fetch::TlsCipher => ("tls_cipher", None),
             Fetch::Status => ("status", None),
             Fetch::ResponseHeader(n) => ("response_header", Some(n)),
+            Fetch::Sc { slot, data } => (["sc0", "sc1", "sc2"][usize::from(*slot).min(2)], Some(data.name())),
         }
     }
 
@@ -424,6 +439,14 @@ pub enum RequestAction {
     DelHeader(String),
     SetPath(Template),
     Capture(Capture),
+    /// Count the request in a limit table (HAProxy's `track-sc0`).
+    Track(crate::table::Track),
+    /// Hold the request, then refuse it.
+    Tarpit(crate::table::Tarpit),
+    /// Set a general-purpose tag of a tracked entry (`gpt`).
+    SetGpt(crate::table::Mark),
+    /// Add one to a general-purpose counter of a tracked entry (`gpc`).
+    IncGpc(crate::table::Mark),
 }
 
 /// An `http_response` action.

@@ -31,6 +31,57 @@ pub(crate) struct RawConfig {
     pub(crate) lists: Option<BTreeMap<String, RawList>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) maps: Option<BTreeMap<String, RawMap>>,
+    /// Limit tables (checked by `validate::tables`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tables: Option<BTreeMap<String, RawTable>>,
+}
+
+/// `tables.NAME`: a limit table (HAProxy's `stick-table`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a table: a map with `type`, `size`, `expire`, `store`, …")]
+pub(crate) struct RawTable {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<String>,
+    /// `{ ipv4: 24, ipv6: 64 }`: addresses grouped by network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) prefix: Option<RawPrefix>,
+    /// String keys: bytes kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) len: Option<i64>,
+    /// Entries: a number, or with `k` / `m` (×1024, ×1048576, as HAProxy reads them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) size: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) expire: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) store: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) limit_req: Option<RawLimitReq>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `ipv4` and/or `ipv6` prefix lengths")]
+pub(crate) struct RawPrefix {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ipv4: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) ipv6: Option<i64>,
+}
+
+/// `tables.NAME.limit_req`: nginx's `limit_req` on each entry.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `rate`, `per`, `burst`, `nodelay`, `delay`")]
+pub(crate) struct RawLimitReq {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rate: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) per: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) burst: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) nodelay: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) delay: Option<i64>,
 }
 
 /// `lists.NAME`: a pattern list, inline (`values`) or from a file.
@@ -217,6 +268,9 @@ pub(crate) struct RawFrontend {
     pub(crate) http_request: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) http_response: Option<Vec<Value>>,
+    /// `track` and `reject` at accept (checked by `validate::policy::limits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tcp_request: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) unique_id: Option<RawUniqueId>,
     #[serde(skip_serializing_if = "Option::is_none")]

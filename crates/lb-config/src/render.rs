@@ -13,6 +13,7 @@ use crate::raw::{
 use crate::units::{format_duration, format_size};
 
 mod policy;
+mod tables;
 
 const HEADER: &str = "# lb-proxy configuration, written by lb-config: every value is explicit.\n";
 
@@ -25,6 +26,7 @@ pub(crate) fn to_yaml(config: &Config) -> String {
         conditions: policy::conditions(&config.policy),
         lists: policy::lists(&config.policy),
         maps: policy::maps(&config.policy),
+        tables: tables::tables(&config.tables),
     };
     match serde_yaml::to_string(&raw) {
         Ok(yaml) => format!("{HEADER}{yaml}"),
@@ -142,6 +144,7 @@ fn frontend(f: &Frontend) -> RawFrontend {
         error_files: error_files(&f.error_pages),
         rules: (!rules.is_empty()).then_some(rules),
         http_request: policy::request_rules(&f.http_request),
+        tcp_request: tables::connection_rules(&f.tcp_request),
         http_response: policy::response_rules(&f.http_response),
         unique_id: policy::unique_id(f.unique_id.as_ref()),
         log_format: policy::log_format(f.log_format.as_ref()),

@@ -8,6 +8,7 @@ mod policy;
 mod references;
 mod robustness;
 mod roundtrip;
+mod tables;
 mod units;
 mod valid;
 

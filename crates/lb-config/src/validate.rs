@@ -11,6 +11,7 @@ mod global;
 mod links;
 mod policy;
 mod sections;
+mod tables;
 
 use std::path::Path;
 
@@ -34,6 +35,7 @@ pub(crate) fn validate(
     }
     let global = global::global(&mut ctx, raw.global.as_ref());
     let policy = policy::policy(&mut ctx, raw);
+    let tables = tables::tables(&mut ctx, raw.tables.as_ref());
     let condition_names = policy.conditions.keys().cloned().collect();
     let list_kinds = policy.lists.iter().map(|(n, l)| (n.clone(), l.kind)).collect();
     let map_names = policy.maps.keys().cloned().collect();
@@ -55,11 +57,12 @@ pub(crate) fn validate(
         .map(|(i, f)| frontend::frontend(&mut ctx, &item("frontends", i), f, &defaults, &names, &policy))
         .collect();
     links::check(&mut ctx, &frontends, &backends, &policy);
+    tables::check_references(&mut ctx, frontends.iter().map(|c| &c.frontend), &tables);
     if let Some(stats) = &global.stats {
         links::stats_not_bound(&mut ctx, stats.address, &frontends);
     }
 
     ctx.finish()?;
     let frontends = frontends.into_iter().map(|c| c.frontend).collect();
-    Ok(Config { global, frontends, backends, policy })
+    Ok(Config { global, frontends, backends, policy, tables })
 }

@@ -29,6 +29,7 @@
 //! - `log`: HAProxy-compatible (and JSON) access logs to stdout or syslog.
 //! - `text`: numbers and IPv4 addresses as text, cheaply (log lines, X-Forwarded-For).
 //! - `runtime`: the runtime commands (HAProxy's CLI: `show stat`, `set server`, `add server` …).
+//! - `tables`: limit tables (HAProxy's stick tables): bounded, sharded, per-key counters.
 //! - `counters`, `stats`: traffic counters; `show stat`'s CSV, `show info`, the stats page and
 //!   `/metrics` over HTTP.
 //! - `http::fuzz`, `runtime::fuzz`: entry points for the fuzz targets in `fuzz/` (hidden).
@@ -52,6 +53,7 @@ mod runtime;
 mod serve;
 mod state;
 mod stats;
+mod tables;
 mod tcp;
 mod text;
 

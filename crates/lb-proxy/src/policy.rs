@@ -8,6 +8,7 @@
 
 mod actions;
 mod cond;
+mod connection;
 pub(crate) mod fuzz;
 mod patterns;
 mod template;
@@ -27,7 +28,7 @@ pub(crate) use template::{render, RequestVars, Vars};
 
 use crate::backend::{BackendState, Backends};
 use crate::facts::ConnFacts;
-use cond::{compile, CompileError, Cond};
+use cond::{compile, CompileError, Cond, Fetched};
 
 /// What a condition reads: the request (absent when a response rule runs without it), the
 /// connection, the frontend, and at response time the response.
@@ -37,6 +38,8 @@ pub(crate) struct Subject<'a> {
     pub(crate) facts: &'a ConnFacts,
     pub(crate) frontend: &'a str,
     pub(crate) response: Option<(u16, &'a HeaderMap)>,
+    /// The request's tracked table entries (`sc0`–`sc2`), when it tracks any.
+    pub(crate) tracked: Option<&'a crate::tables::Tracked>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +56,7 @@ impl<'a> RequestView<'a> {
 
     /// The Host header, else the URI's authority (HTTP/2, absolute-form), without its port.
     pub(crate) fn host(&self) -> Option<&'a str> {
-        let host = self.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(self.uri.host())?;
+        let host = self.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or_else(|| self.uri.host())?;
         Some(strip_port(host))
     }
 }
@@ -65,6 +68,10 @@ pub(crate) fn strip_port(host: &str) -> &str {
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }
 
+/// A `tcp_request` rule closed the connection.
+#[derive(Debug)]
+pub(crate) struct Rejected;
+
 /// A rule's condition, with `unless` folded in.
 #[derive(Debug)]
 struct When {
@@ -73,8 +80,8 @@ struct When {
 }
 
 impl When {
-    fn holds(&self, s: &Subject<'_>) -> bool {
-        self.cond.holds(s) != self.negate
+    fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
+        self.cond.holds(s, fetched) != self.negate
     }
 }
 
@@ -103,6 +110,8 @@ pub(crate) struct FrontendPolicy {
     by_name: HashMap<String, Arc<BackendState>>,
     request: Vec<actions::RequestRule>,
     response: Vec<actions::ResponseRule>,
+    /// `tcp_request` rules, at accept.
+    connection: Vec<connection::ConnRule>,
     pub(crate) unique_id: Option<UniqueId>,
     /// Capture slots of the log's request and response blocks.
     pub(crate) request_captures: usize,
@@ -150,6 +159,7 @@ impl FrontendPolicy {
         policy: &Policy,
         patterns: &Patterns,
         backends: &Backends,
+        tables: &crate::tables::Tables,
     ) -> Result<Self, String> {
         let err = |what: String| move |e: CompileError| format!("frontend {}: {what}: {}", fe.name, e.0);
         let by_name: HashMap<String, Arc<BackendState>> =
@@ -174,10 +184,12 @@ impl FrontendPolicy {
                 hits: AtomicU64::new(0),
             });
         }
-        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns)
+        let (request, request_captures) = actions::compile_request(&fe.http_request, policy, patterns, tables)
             .map_err(|(i, e)| err(format!("http_request[{i}]"))(e))?;
         let (response, response_captures) = actions::compile_response(&fe.http_response, policy, patterns)
             .map_err(|(i, e)| err(format!("http_response[{i}]"))(e))?;
+        let connection = connection::compile(&fe.tcp_request, policy, patterns, tables)
+            .map_err(|(i, e)| err(format!("tcp_request[{i}]"))(e))?;
         let response_reads_request = fe.http_response.iter().any(|r| {
             r.guard.as_ref().is_some_and(|g| reads_request(&g.condition, policy, 0))
                 || matches!(&r.action, ResponseAction::SetHeader(h) | ResponseAction::AddHeader(h)
@@ -196,6 +208,7 @@ impl FrontendPolicy {
             by_name,
             request,
             response,
+            connection,
             unique_id: fe.unique_id.clone(),
             request_captures,
             response_captures,
@@ -205,12 +218,15 @@ impl FrontendPolicy {
 
     /// The backend for a request: the first routing rule that holds, else the default backend.
     pub(crate) fn route(&self, s: &Subject<'_>) -> Option<&Arc<BackendState>> {
-        let host = s.req.and_then(|r| r.host());
+        let fetched = Fetched::default();
         let path = s.req.map_or("", |r| r.uri.path());
         for route in &self.routes {
             let holds = route.path_prefix.as_deref().is_none_or(|p| path.starts_with(p))
-                && route.host.as_deref().is_none_or(|want| host.is_some_and(|h| h.eq_ignore_ascii_case(want)))
-                && route.when.as_ref().is_none_or(|w| w.holds(s));
+                && route
+                    .host
+                    .as_deref()
+                    .is_none_or(|want| fetched.host(s).is_some_and(|h| h.eq_ignore_ascii_case(want)))
+                && route.when.as_ref().is_none_or(|w| w.holds(s, &fetched));
             if !holds {
                 continue;
             }
@@ -248,7 +264,23 @@ impl FrontendPolicy {
             self.routes.iter().enumerate().map(|(i, r)| ("rules", i, "use_backend", r.hits.load(Ordering::Relaxed)));
         let request = self.request.iter().enumerate().map(|(i, r)| ("http_request", i, r.name(), r.hits()));
         let response = self.response.iter().enumerate().map(|(i, r)| ("http_response", i, r.name(), r.hits()));
-        routes.chain(request).chain(response).collect()
+        let connection = self.connection.iter().enumerate().map(|(i, r)| ("tcp_request", i, r.name(), r.hits()));
+        routes.chain(request).chain(response).chain(connection).collect()
+    }
+
+    /// Runs the `tcp_request` rules on a new connection: what it tracks (held until it ends;
+    /// boxed, so that a connection's task stays small when there is none), or `Err` when it is
+    /// to be closed at once.
+    pub(crate) fn on_connection(
+        &self,
+        facts: &ConnFacts,
+        frontend: &str,
+    ) -> Result<Option<Box<crate::tables::Tracked>>, Rejected> {
+        if self.connection.is_empty() {
+            return Ok(None);
+        }
+        let tracked = connection::run(&self.connection, facts, frontend).ok_or(Rejected)?;
+        Ok((!tracked.is_empty()).then(|| Box::new(tracked)))
     }
 
     pub(crate) fn has_request_rules(&self) -> bool {

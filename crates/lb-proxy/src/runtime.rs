@@ -40,6 +40,7 @@ The following commands are valid at this level:
   add server <bk>/<srv> <addr>:<port> [check] [weight <w>] [slowstart <time>] : add a server (in maintenance)
   clear acl <acl>                         : remove every pattern of a list
   clear counters [all]                    : clear the maxima (all: every counter)
+  clear table <table> [<filter>]|[key <k>] : remove entries (all, those matching the filter, or one key)
   clear map <map>                         : remove every entry of a map
   del acl <acl> <pattern>|#<ref>          : remove a pattern from a list
   del map <map> <key>|#<ref>              : remove an entry from a map
@@ -58,6 +59,7 @@ The following commands are valid at this level:
   set maxconn frontend <fe> <n>           : change a frontend's connection limit
   set maxconn global <n>                  : change the process's connection limit (up to global.max_connections)
   set rate-limit connections global <n>   : accept at most n connections per second (0: no limit)
+  set table <table> key <k> [data.<type> <v>]* : set an entry's data (made if absent)
   set server <bk>/<srv> addr <ip> [port <p>] : move a server (connections to the old address finish, not reused)
   set server <bk>/<srv> health <up|down>  : force a checked server's health until its next checks decide
   set server <bk>/<srv> state <state>     : set a server's state: ready, drain or maint
@@ -77,6 +79,7 @@ The following commands are valid at this level:
   show servers state [<backend>]          : dump volatile server information (all or for a single backend)
   show sess                               : report a summary of the current sessions
   show stat [<iid>|<proxy> <type> <sid>] [typed|json] : report counters for each proxy and server
+  show table [<table> [<filter>]|[key <k>]] : the tables, or one table's entries (filter: data.<type> <op> <v>)
   show version                            : the running version
   shutdown sessions server <bk>/<srv>     : close every connection to a server";
 
@@ -98,6 +101,9 @@ impl ProxyRuntime {
     /// One command (already split from its line).
     pub(crate) fn run(&self, command: &str) -> RuntimeResult {
         let words: Vec<&str> = command.split_whitespace().collect();
+        if let Some(result) = crate::tables::command(&self.proxy.tables, &words) {
+            return result.map_or_else(RuntimeResult::refused, RuntimeResult::ok);
+        }
         if let Some(result) = process::command(self, &words) {
             return result;
         }
@@ -171,7 +177,18 @@ impl ProxyRuntime {
     }
 }
 
-/// lb-supervisor's handle: the commands, and the counters across reloads.
+/// What one worker hands the next: the traffic counters (the fields of [`Snapshot`], so that a
+/// worker from before tables reads it as it always did), and the tables' entries
+/// (`tables::handover`, base64), absent when there are none.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Handover {
+    #[serde(flatten)]
+    counters: Snapshot,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    tables: String,
+}
+
+/// lb-supervisor's handle: the commands, and the counters and tables across reloads.
 #[derive(Debug)]
 pub(crate) struct Handler(pub(crate) ProxyRuntime);
 
@@ -182,27 +199,40 @@ impl Runtime for Handler {
 
     fn snapshot(&self) -> Option<String> {
         let snapshot = self.0.snapshot();
-        let text = serde_json::to_string(&snapshot).ok();
+        let tables = crate::tables::handover::export(&self.0.proxy.tables);
+        let text = serde_json::to_string(&Handover { counters: snapshot.clone(), tables }).ok();
         *self.0.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
         text
     }
 
     fn late_counts(&self) -> Option<String> {
         let handed = self.0.handed.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
-        serde_json::to_string(&self.0.snapshot().since(&handed)).ok()
+        let counters = self.0.snapshot().since(&handed);
+        let tables = crate::tables::handover::late(&self.0.proxy.tables);
+        serde_json::to_string(&Handover { counters, tables }).ok()
     }
 
     fn add_late_counts(&self, counts: &str) {
-        match serde_json::from_str::<Snapshot>(counts) {
-            Ok(late) => stats::inherit(&self.0.proxy, &late),
+        match serde_json::from_str::<Handover>(counts) {
+            Ok(late) => {
+                stats::inherit(&self.0.proxy, &late.counters);
+                if !late.tables.is_empty() {
+                    crate::tables::handover::import(&self.0.proxy.tables, &late.tables);
+                }
+            }
             Err(e) => tracing::warn!("late counts of a previous worker not understood: {e}"),
         }
     }
 
     fn inherit(&self, snapshot: Option<&str>) {
         if let Some(text) = snapshot {
-            match serde_json::from_str::<Snapshot>(text) {
-                Ok(base) => stats::inherit(&self.0.proxy, &base),
+            match serde_json::from_str::<Handover>(text) {
+                Ok(base) => {
+                    stats::inherit(&self.0.proxy, &base.counters);
+                    if !base.tables.is_empty() {
+                        crate::tables::handover::import(&self.0.proxy.tables, &base.tables);
+                    }
+                }
                 Err(e) => tracing::warn!("counters of the previous worker not understood, starting from 0: {e}"),
             }
         }

@@ -25,6 +25,7 @@ use crate::policy::Patterns;
 use crate::pool::Pool;
 use crate::runtime::ProxyRuntime;
 use crate::state::{FrontendState, Proxy};
+use crate::tables::Tables;
 use crate::{health, Error, Listeners};
 use lb_proxy_protocol::read_proxy_header;
 use lb_supervisor::MasterLink;
@@ -112,11 +113,13 @@ pub async fn start_supervised(
     let logger = Logger::new(&config.global.log).map_err(|source| Error::Log { source })?;
     let backends = Backends::new(&config);
     let patterns = Arc::new(Patterns::new(&config.policy));
+    let tables = Tables::new(&config.tables);
     let mut accepts = Vec::new();
     let mut frontends = Vec::new();
     for fe in &config.frontends {
-        let state = FrontendState::new(fe, &backends, config.global.max_connections, &config.policy, &patterns)
-            .map_err(Error::Policy)?;
+        let state =
+            FrontendState::new(fe, &backends, config.global.max_connections, &config.policy, &patterns, &tables)
+                .map_err(Error::Policy)?;
         let state = Arc::new(state);
         frontends.push(state.clone());
         for bind in &fe.binds {
@@ -155,6 +158,7 @@ pub async fn start_supervised(
         conn_rate_limit: AtomicU64::new(0),
         counters: Counters::default(),
         frontends,
+        tables,
         patterns,
         threads: config
             .global
@@ -169,6 +173,7 @@ pub async fn start_supervised(
         counters_ready: tokio::sync::watch::Sender::new(!master.is_attached()),
     });
     health::spawn_health_checks(&proxy.backends, shutdown.clone());
+    proxy.tables.spawn_sweeper(shutdown.clone());
     let runtime = ProxyRuntime::new(proxy.clone(), shutdown.clone());
 
     let tracker = TaskTracker::new();
@@ -323,6 +328,11 @@ async fn handle(
             }
         }
     }
+    // `tcp_request`: what the connection tracks is held until it ends.
+    let Ok(_tracked) = fe.policy.on_connection(&facts, fe.name()) else {
+        tracing::debug!(frontend = fe.name(), client = ?facts.client, "connection rejected (tcp_request)");
+        return;
+    };
     match fe.config.mode {
         Mode::Http => crate::http::serve(&proxy, &fe, stream, facts, shutdown).await,
         // Boxed, as HTTP's are (see `http::serve`): the spawned future stays small.

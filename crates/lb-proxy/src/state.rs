@@ -17,6 +17,7 @@ use crate::limit::Limit;
 use crate::log::Logger;
 use crate::policy::{FrontendPolicy, Patterns};
 use crate::pool::Pool;
+use crate::tables::Tables;
 
 /// Everything the connections of one serving process share.
 #[derive(Debug)]
@@ -39,6 +40,8 @@ pub(crate) struct Proxy {
     pub(crate) counters: Counters,
     /// Every frontend, in config order.
     pub(crate) frontends: Vec<Arc<FrontendState>>,
+    /// The limit tables (`tables:`).
+    pub(crate) tables: Tables,
     /// The lists and maps the rules read, which the runtime API changes.
     pub(crate) patterns: Arc<Patterns>,
     /// Runtime threads serving (`show info`'s Nbthread).
@@ -100,10 +103,11 @@ impl FrontendState {
         global_max: usize,
         policy: &lb_config::Policy,
         patterns: &Patterns,
+        tables: &Tables,
     ) -> Result<Self, String> {
         Ok(FrontendState {
             config: config.clone(),
-            policy: FrontendPolicy::new(config, policy, patterns, backends)?,
+            policy: FrontendPolicy::new(config, policy, patterns, backends, tables)?,
             feconn: AtomicUsize::new(0),
             limit: Limit::new(config.max_connections.unwrap_or(global_max)),
             paused: tokio::sync::watch::Sender::new(false),

@@ -26,9 +26,10 @@ use tokio::sync::Mutex;
 
 use crate::fdpass::{self, MAX_FDS_PER_MESSAGE};
 
-/// The largest payload a frame may carry. Generous: the largest message is a batch of
-/// listening addresses or a runtime command's output.
-pub(crate) const MAX_PAYLOAD: usize = 16 << 20;
+/// The largest payload a frame may carry. Generous: the largest messages are a worker's
+/// counters for its successor (lb-proxy's limit tables: a million entries take about 20 MiB),
+/// a batch of listening addresses or a runtime command's output.
+pub(crate) const MAX_PAYLOAD: usize = 64 << 20;
 
 /// Payload length (u32, big-endian), then fd count (u16, big-endian).
 pub(crate) const HEADER_LEN: usize = 6;

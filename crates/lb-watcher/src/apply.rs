@@ -11,6 +11,7 @@
 
 mod state;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub struct Applier {
 }
 
 const RUNTIME_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request line's share of the control socket's 64 KiB limit.
+const BATCH_BYTES: usize = 48 * 1024;
 
 impl Applier {
     /// One runtime command; its output, or [`Error::Runtime`] when refused or not delivered.
@@ -71,16 +74,18 @@ impl Applier {
     /// Brings the running servers of the watched backends to `sets` with runtime commands: adds,
     /// drains and deletes, moves (`set server … addr`) and re-weights. Fails (and the caller
     /// reloads) on any refused command, except `del server` of a draining server, which waits
-    /// for its connections to end.
+    /// for its connections to end. The commands go many to a request (HAProxy's `;`), so that a
+    /// change of a thousand servers is a few round trips, not thousands.
     pub async fn membership(&self, services: &[Service], sets: &Sets) -> Result<Applied, Error> {
-        let (mut commands, mut waiting) = (0, 0);
+        let (mut changes, mut deletes) = (Vec::new(), Vec::new());
         for service in services {
             let Some(wanted) = sets.get(&service.backend) else { continue };
             let backend = &service.backend;
             let running = self.running(backend).await?;
+            let by_name: HashMap<&str, &RunningServer> = running.iter().map(|r| (r.name.as_str(), r)).collect();
             for (name, member) in wanted {
                 let id = format!("{backend}/{name}");
-                match running.iter().find(|r| &r.name == name) {
+                match by_name.get(name.as_str()) {
                     None => {
                         let mut line = format!("add server {id} {}", member.address);
                         if service.check {
@@ -90,48 +95,47 @@ impl Applier {
                         if let Some(slowstart) = service.slowstart {
                             line.push_str(&format!(" slowstart {}", lb_config::format_duration(slowstart)));
                         }
-                        self.runtime(&line).await?;
-                        self.runtime(&format!("set server {id} state ready")).await?;
-                        commands += 2;
+                        changes.push(line);
+                        changes.push(format!("set server {id} state ready"));
                     }
-                    // Moved (a registrar that came back on another port or address) or
-                    // re-weighted: changed in place, its connections made to the old address
-                    // are not reused (lb-proxy's `set server … addr`), no reload.
-                    Some(r) if r.address != member.address || r.weight != member.weight => {
+                    Some(r) => {
+                        // Moved (a registrar that came back on another port or address) or
+                        // re-weighted: changed in place, its connections made to the old
+                        // address are not reused (lb-proxy's `set server … addr`), no reload.
                         if r.address != member.address {
                             let (ip, port) = (member.address.ip(), member.address.port());
-                            self.runtime(&format!("set server {id} addr {ip} port {port}")).await?;
-                            commands += 1;
+                            changes.push(format!("set server {id} addr {ip} port {port}"));
                         }
                         if r.weight != member.weight {
-                            self.runtime(&format!("set weight {id} {}", member.weight)).await?;
-                            commands += 1;
+                            changes.push(format!("set weight {id} {}", member.weight));
                         }
                         if r.drain || r.maint {
-                            self.runtime(&format!("set server {id} state ready")).await?;
-                            commands += 1;
+                            changes.push(format!("set server {id} state ready"));
                         }
                     }
-                    Some(r) if r.drain || r.maint => {
-                        self.runtime(&format!("set server {id} state ready")).await?;
-                        commands += 1;
-                    }
-                    Some(_) => {}
                 }
             }
             for r in running.iter().filter(|r| !wanted.contains_key(&r.name)) {
                 let id = format!("{backend}/{}", r.name);
                 if !r.drain && !r.maint {
-                    self.runtime(&format!("set server {id} state drain")).await?;
-                    commands += 1;
+                    changes.push(format!("set server {id} state drain"));
                 }
+                deletes.push(format!("del server {id}"));
+            }
+        }
+        for (line, result) in changes.iter().zip(self.batch(&changes).await?) {
+            if let Err(message) = result {
+                return Err(Error::Runtime { line: line.clone(), message });
+            }
+        }
+        let (mut commands, mut waiting) = (changes.len(), 0);
+        for (line, result) in deletes.iter().zip(self.batch(&deletes).await?) {
+            match result {
+                Ok(()) => commands += 1,
                 // Refused while connections remain: the next drift check tries again.
-                match self.runtime(&format!("del server {id}")).await {
-                    Ok(_) => commands += 1,
-                    Err(e) => {
-                        tracing::debug!("{e} (deleted later, once idle)");
-                        waiting += 1;
-                    }
+                Err(message) => {
+                    tracing::debug!("runtime command `{line}`: {message} (deleted later, once idle)");
+                    waiting += 1;
                 }
             }
         }
@@ -140,6 +144,52 @@ impl Applier {
             (0, waiting) => Applied::Draining { waiting },
             (commands, _) => Applied::Runtime { commands },
         })
+    }
+
+    /// Runs `lines`, as many to a request as fit; each one's outcome (its refusal message).
+    /// Fails when a request is not answered, or its answer cannot be told apart by command.
+    async fn batch(&self, lines: &[String]) -> Result<Vec<Result<(), String>>, Error> {
+        let mut outcomes = Vec::with_capacity(lines.len());
+        let mut rest = lines;
+        while !rest.is_empty() {
+            let mut size = 0;
+            let n = rest.iter().take_while(|l| {
+                size += l.len() + 2;
+                size <= BATCH_BYTES
+            });
+            let n = n.count().max(1);
+            let (chunk, after) = rest.split_at(n);
+            rest = after;
+            let line = chunk.join("; ");
+            let request = Request::Runtime { line: line.clone() };
+            let failed = |message: String| Error::Runtime { line: chunk[0].clone(), message };
+            let answer = tokio::time::timeout(RUNTIME_TIMEOUT, control::call(&self.control_socket, &request))
+                .await
+                .map_err(|_| failed(format!("no answer within {RUNTIME_TIMEOUT:?}")))?
+                .map_err(|e| failed(e.to_string()))?;
+            match answer {
+                // Every command succeeded (a single one may still say it refused).
+                Response::Runtime { output } if chunk.len() == 1 => {
+                    outcomes.push(refusal(&output).map_or(Ok(()), |m| Err(m.to_owned())));
+                }
+                Response::Runtime { .. } => outcomes.extend(chunk.iter().map(|_| Ok(()))),
+                Response::Error { message } if chunk.len() == 1 => outcomes.push(Err(message.trim().to_owned())),
+                // Some refused: each command's answer is followed by an empty line.
+                Response::Error { message } => {
+                    let answers: Vec<&str> = message.split("\n\n").filter(|a| !a.trim().is_empty()).collect();
+                    if answers.len() != chunk.len() {
+                        return Err(failed(format!(
+                            "{} answers to {} commands: {message}",
+                            answers.len(),
+                            chunk.len()
+                        )));
+                    }
+                    outcomes.extend(answers.iter().map(|a| refusal(a).map_or(Ok(()), |m| Err(m.to_owned()))));
+                }
+                other => return Err(failed(format!("unexpected answer {other:?}"))),
+            }
+        }
+        Ok(outcomes)
     }
 
     /// Reloads lb-proxy, retrying with backoff; the error of the last attempt.
@@ -219,21 +269,26 @@ mod tests {
     /// A drained server that a keep-alive client still holds is not "in step": the drift check
     /// must keep its deletion pending, else the `del server` that finally succeeds is taken
     /// for lb-proxy drifting from the file (a false warning, seen in scripts/fleet).
+    /// The deletions go in one request: lb-proxy's answer to it is told apart by command (one
+    /// refused, one done).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_drained_server_still_held_is_draining_not_in_sync() {
         let web1 = TestServer::start("web1");
         let web2 = TestServer::start("web2");
-        let addr = web1.addr();
+        let web3 = TestServer::start("web3");
+        let (addr, addr3) = (web1.addr(), web3.addr());
         let proxy = ProxyProcess::start_with(1, |ports| {
             format!(
                 "global:\n  worker_threads: 1\n\
                  defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s, http_keep_alive: 30s }}\n\
                  frontends:\n  - name: fe\n    bind: [\"127.0.0.1:{}\"]\n    default_backend: api\n\
-                 backends:\n  - name: api\n    servers: [ {{ name: web1, address: \"{addr}\" }} ]\n",
+                 backends:\n  - name: api\n    servers: [ {{ name: web1, address: \"{addr}\" }}, \
+                 {{ name: web3, address: \"{addr3}\", weight: 0 }} ]\n",
                 ports[0]
             )
         });
-        // A keep-alive client: lb-proxy pins its server connection to web1 (`http_reuse: never`).
+        // A keep-alive client (web3, of weight 0, takes none): lb-proxy pins its server
+        // connection to web1 (`http_reuse: never`).
         let mut held = client::Connection::open(proxy.addr()).await.expect("a client connection");
         let answer = held.get("/").await.expect("a response");
         assert_eq!(answer.server(), Some("web1"));
@@ -264,9 +319,10 @@ mod tests {
         let wanted = BTreeMap::from([("web2".to_owned(), Member { address: web2.addr(), weight: 100 })]);
         let sets = BTreeMap::from([("api".to_owned(), wanted)]);
 
-        // web2 added and made ready, web1 drained; its deletion refused while the client holds it.
+        // web2 added and made ready, web1 and web3 drained; web3 deleted, web1's deletion refused
+        // while the client holds it.
         let first = applier.membership(&services, &sets).await.expect("runtime commands");
-        assert_eq!(first, Applied::Runtime { commands: 3 });
+        assert_eq!(first, Applied::Runtime { commands: 5 });
         // What the next drift check sees: nothing to send, web1 still there.
         let again = applier.membership(&services, &sets).await.expect("runtime commands");
         assert_eq!(again, Applied::Draining { waiting: 1 });

@@ -33,6 +33,9 @@ pub struct Zookeeper {
     pub chroot: Option<String>,
     /// Longest pause between two connection attempts (the backoff doubles up to it).
     pub retry_max: Duration,
+    /// How often every path is read whole again and compared with what the watches reported
+    /// (plus up to a quarter of it at random, so that a fleet does not audit all at once).
+    pub audit_interval: Duration,
 }
 
 impl Zookeeper {
@@ -297,7 +300,13 @@ fn zookeeper(ctx: &mut Ctx<'_>, raw: &RawConfig) -> Zookeeper {
     }
     let retry_max =
         ctx.duration("zookeeper.retry_max", zk.and_then(|z| z.retry_max.as_ref()), Duration::from_secs(30), false);
-    Zookeeper { servers, session_timeout, chroot, retry_max }
+    let audit_interval = ctx.duration(
+        "zookeeper.audit_interval",
+        zk.and_then(|z| z.audit_interval.as_ref()),
+        Duration::from_secs(600),
+        false,
+    );
+    Zookeeper { servers, session_timeout, chroot, retry_max, audit_interval }
 }
 
 fn proxy(ctx: &mut Ctx<'_>, raw: &RawConfig, base_dir: Option<&Path>) -> Proxy {

@@ -14,8 +14,9 @@ use rand::SeedableRng;
 use tokio::sync::{mpsc, watch};
 
 use crate::apply::Applier;
-use crate::config::Config;
+use crate::config::{Config, Service};
 use crate::hysteresis::{Servers, Sets, State};
+use crate::node::Member;
 use crate::status::{unix_now, Metrics, Shared};
 use crate::zk::{self, ZkEvent};
 use crate::{node, render, Error};
@@ -48,7 +49,7 @@ pub async fn run_with(config: Config, mut shutdown: watch::Receiver<bool>, share
     paths.sort();
     paths.dedup();
     let (tx, mut events) = mpsc::channel(64);
-    let zk_task = tokio::spawn(zk::run(config.zookeeper.clone(), paths, tx, shutdown.clone()));
+    let zk_task = tokio::spawn(zk::run(config.zookeeper.clone(), paths, tx, shutdown.clone(), shared.clone()));
 
     let now = Instant::now();
     let mut engine = Engine {
@@ -62,6 +63,7 @@ pub async fn run_with(config: Config, mut shutdown: watch::Receiver<bool>, share
         was_disconnected: false,
         base_changed,
         warned: HashMap::new(),
+        servers: HashMap::new(),
         pending_deletes: false,
         retry: RETRY_MIN,
     };
@@ -110,6 +112,9 @@ pub(crate) struct Engine {
     pub(crate) base_changed: bool,
     /// Bad nodes already warned about, with the data they had: one warning per bad node.
     warned: HashMap<(String, String), Vec<u8>>,
+    /// Every watched backend's servers as ZooKeeper has them now, kept up to date change by
+    /// change (a change parses only the nodes it touched).
+    servers: HashMap<String, Servers>,
     /// Servers drained but not deleted yet: the drift check deletes them once idle.
     pub(crate) pending_deletes: bool,
     retry: Duration,
@@ -159,34 +164,62 @@ impl Engine {
                 for service in services {
                     let mut servers = Servers::new();
                     for (name, data) in &children {
-                        match node::parse(&service, name, data) {
-                            Ok(member) => {
-                                servers.insert(name.clone(), member);
-                            }
-                            Err(skip) => {
-                                let key = (format!("{}:{}", service.backend, path), name.clone());
-                                if self.warned.get(&key) != Some(data) {
-                                    // ZooKeeper allows long node names: the line stays short.
-                                    tracing::warn!(
-                                        "skipping node {path}/{} for backend {}: {skip}",
-                                        node::printable(name, 128),
-                                        service.backend
-                                    );
-                                    Metrics::add(&self.shared.metrics.skipped_nodes);
-                                    self.warned.insert(key, data.clone());
-                                }
-                            }
+                        if let Some(member) = self.member(&service, &path, name, data) {
+                            servers.insert(name.clone(), member);
                         }
                     }
-                    self.warned.retain(|(k, n), _| !k.ends_with(&format!(":{path}")) || children.contains_key(n));
-                    tracing::debug!(
-                        "{path}: {} nodes, {} servers for backend {}",
-                        children.len(),
-                        servers.len(),
+                    let prefix = format!("{}:{path}", service.backend);
+                    self.warned.retain(|(k, n), _| *k != prefix || children.contains_key(n));
+                    let read = format!("{path}: {} nodes", children.len());
+                    self.observe(&service, &read, servers, now);
+                }
+            }
+            ZkEvent::Changes { path, nodes } => {
+                let services: Vec<_> = self.config.services.iter().filter(|s| s.path == path).cloned().collect();
+                for service in services {
+                    let mut servers = self.servers.remove(&service.backend).unwrap_or_default();
+                    for (name, data) in &nodes {
+                        let member = data.as_ref().and_then(|data| self.member(&service, &path, name, data));
+                        match member {
+                            Some(member) => servers.insert(name.clone(), member),
+                            None => servers.remove(name),
+                        };
+                        if data.is_none() {
+                            self.warned.remove(&(format!("{}:{path}", service.backend), name.clone()));
+                        }
+                    }
+                    let read = format!("{path}: {} nodes changed", nodes.len());
+                    self.observe(&service, &read, servers, now);
+                }
+            }
+        }
+    }
+
+    /// `service`'s servers as ZooKeeper has them now, after `read`, to the hysteresis.
+    fn observe(&mut self, service: &Service, read: &str, servers: Servers, now: Instant) {
+        tracing::debug!("{read}, {} servers for backend {}", servers.len(), service.backend);
+        self.servers.insert(service.backend.clone(), servers.clone());
+        self.state.observe(&service.backend, servers, now, &mut self.rng);
+    }
+
+    /// The server node `name` under `path` stands for, if it is one for `service`; a bad node
+    /// is warned about once for as long as its data stays the same.
+    fn member(&mut self, service: &Service, path: &str, name: &str, data: &[u8]) -> Option<Member> {
+        match node::parse(service, name, data) {
+            Ok(member) => Some(member),
+            Err(skip) => {
+                let key = (format!("{}:{path}", service.backend), name.to_owned());
+                if self.warned.get(&key).map(Vec::as_slice) != Some(data) {
+                    // ZooKeeper allows long node names: the line stays short.
+                    tracing::warn!(
+                        "skipping node {path}/{} for backend {}: {skip}",
+                        node::printable(name, 128),
                         service.backend
                     );
-                    self.state.observe(&service.backend, servers, now, &mut self.rng);
+                    Metrics::add(&self.shared.metrics.skipped_nodes);
+                    self.warned.insert(key, data.to_vec());
                 }
+                None
             }
         }
     }

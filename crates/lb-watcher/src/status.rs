@@ -63,6 +63,12 @@ pub struct Metrics {
     pub zk_disconnects: AtomicU64,
     pub zk_expirations: AtomicU64,
     pub drift_repairs: AtomicU64,
+    pub zk_reads: AtomicU64,
+    pub zk_nodes_read: AtomicU64,
+    pub zk_bytes_read: AtomicU64,
+    pub zk_full_reads: AtomicU64,
+    pub zk_audits: AtomicU64,
+    pub zk_audit_repairs: AtomicU64,
 }
 
 impl Metrics {
@@ -70,9 +76,13 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn add_n(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
     fn render(&self, status: &Status) -> String {
         let mut out = String::new();
-        let counters: [(&str, &AtomicU64, &str); 10] = [
+        let counters: [(&str, &AtomicU64, &str); 16] = [
             ("applies", &self.applies, "Server-set changes written and applied."),
             ("runtime_applies", &self.runtime_applies, "Changes applied with runtime commands (no new worker)."),
             ("reloads", &self.reloads, "Successful reloads of lb-proxy."),
@@ -83,6 +93,20 @@ impl Metrics {
             ("zookeeper_disconnects", &self.zk_disconnects, "ZooKeeper connection losses."),
             ("zookeeper_expirations", &self.zk_expirations, "ZooKeeper session expirations."),
             ("drift_repairs", &self.drift_repairs, "Drift between lb-proxy and the file repaired."),
+            ("zookeeper_reads", &self.zk_reads, "Read requests sent to ZooKeeper (child listings, multi-reads)."),
+            ("zookeeper_nodes_read", &self.zk_nodes_read, "Registration nodes whose data was read from ZooKeeper."),
+            ("zookeeper_read_bytes", &self.zk_bytes_read, "Bytes of node data and child names read from ZooKeeper."),
+            (
+                "zookeeper_full_reads",
+                &self.zk_full_reads,
+                "Whole reads of a service path (start, reconnection, session expiry, audit).",
+            ),
+            ("zookeeper_audits", &self.zk_audits, "Audits: every path read whole and compared with the watches' view."),
+            (
+                "zookeeper_audit_repairs",
+                &self.zk_audit_repairs,
+                "Nodes an audit found different from what the watches had reported (repaired).",
+            ),
         ];
         for (name, value, help) in counters {
             out.push_str(&format!(

@@ -1,20 +1,37 @@
-//! The ZooKeeper side: one session at a time, persistent recursive watches on every service
-//! path, and a full read of a path whenever anything under it changes, sent as a [`ZkEvent`].
+//! The ZooKeeper side: one session at a time, a persistent recursive watch on every service
+//! path, and reads in proportion to what changed, sent to the engine as [`ZkEvent`]s.
 //!
-//! Faults are reported, never turned into "no servers": the engine freezes on
-//! [`ZkEvent::Disconnected`]. After a reconnection the watches are added again and every path
-//! read again (zookeeper-client does not re-arm persistent watches, and events during the
-//! disconnection are lost anyway); after an expiry, a new client and session do the same.
-//! Connection attempts back off exponentially up to `retry_max`.
+//! A path is read whole (children listed, every child's data read) when a session starts,
+//! after each reconnection (zookeeper-client does not re-arm persistent watches, and events
+//! during the disconnection are lost anyway), and at each audit. In between, the watch's events
+//! name the nodes that changed: a node created or changed has its data read, a node deleted is
+//! dropped unread. The events of one transaction come as a burst; after the first, one stat of
+//! the path serves as a barrier (ZooKeeper sends every notification of a change before the
+//! answer to any request it handles after it, on the same connection), so that every node of
+//! the transaction is read together, once.
+//!
+//! The audit, every `audit_interval` plus up to a quarter of it at random (a fleet's watchers
+//! do not audit together), reads every path whole, counts the nodes that differ from what the
+//! watches said, and repairs them. Faults are reported, never turned into "no servers": the
+//! engine freezes on [`ZkEvent::Disconnected`]. Connection attempts back off exponentially up
+//! to `retry_max`.
+
+mod read;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::{select_all, FutureExt};
+use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
-use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState};
+use tokio::time::Instant;
+use zookeeper_client::{AddWatchMode, Client, EventType, PersistentWatcher, SessionState, WatchedEvent};
 
 use crate::config::Zookeeper;
+use crate::status::{Metrics, Shared};
 use crate::Error;
+use read::{Change, Pending};
 
 /// Data of every child of a path, by child name.
 pub type Children = BTreeMap<String, Vec<u8>>;
@@ -31,15 +48,17 @@ pub enum ZkEvent {
     Expired,
     /// A connection attempt failed (ZooKeeper unreachable).
     ConnectFailed { error: String, retry_in: Duration },
-    /// Everything under `path` now. `exists` is false when the path itself is missing.
+    /// Everything under `path` now (a whole read). `exists` is false when the path is missing.
     Snapshot { path: String, exists: bool, children: Children },
+    /// The children of `path` that changed since the last event for it: their data now,
+    /// `None` for those gone.
+    Changes { path: String, nodes: BTreeMap<String, Option<Vec<u8>>> },
 }
 
-/// Multi-reads per request: keeps a response well under ZooKeeper's 1 MB packet limit.
-const BATCH: usize = 500;
 /// After a change, further changes for this long are read in the same pass.
 const SETTLE: Duration = Duration::from_millis(20);
 const RETRY_MIN: Duration = Duration::from_millis(200);
+const ARM_RETRY: Duration = Duration::from_secs(1);
 
 /// Runs until `shutdown` turns true or the engine goes away.
 pub async fn run(
@@ -47,6 +66,7 @@ pub async fn run(
     paths: Vec<String>,
     events: mpsc::Sender<ZkEvent>,
     mut shutdown: watch::Receiver<bool>,
+    shared: Arc<Shared>,
 ) {
     let mut retry = RETRY_MIN;
     let mut first = true;
@@ -84,7 +104,8 @@ pub async fn run(
             return;
         }
         first = false;
-        match serve(&client, &paths, &events, &mut shutdown).await {
+        let session = Session { client: &client, paths: &paths, events: &events, metrics: &shared.metrics };
+        match session.serve(&mut shutdown, settings.audit_interval).await {
             Ended::Shutdown | Ended::EngineGone => return,
             Ended::Expired => {
                 if events.send(ZkEvent::Expired).await.is_err() {
@@ -101,123 +122,262 @@ enum Ended {
     Expired,
 }
 
-/// One session: watch, read, follow changes; re-watch and re-read after each reconnection.
-async fn serve(
-    client: &Client,
-    paths: &[String],
-    events: &mpsc::Sender<ZkEvent>,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Ended {
-    let mut state = client.state_watcher();
-    loop {
-        // (Re-)arm the watches before reading, so that no change between the read and the
-        // watch goes unnoticed.
-        let watchers = match arm(client, paths).await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!("{e}");
-                match wait_connected(&mut state, shutdown).await {
-                    Some(ended) => return ended,
-                    None => continue,
+/// Why following stopped short.
+enum Failure {
+    EngineGone,
+    /// A read failed: the connection is going, or ZooKeeper refused it.
+    Read(Error),
+}
+
+fn connected(state: SessionState) -> bool {
+    matches!(state, SessionState::SyncConnected | SessionState::ConnectedReadOnly)
+}
+
+/// One session's client and what it reports to.
+struct Session<'a> {
+    client: &'a Client,
+    paths: &'a [String],
+    events: &'a mpsc::Sender<ZkEvent>,
+    metrics: &'a Metrics,
+}
+
+impl Session<'_> {
+    /// Watch, read, follow changes; re-watch and read whole again after each reconnection.
+    async fn serve(&self, shutdown: &mut watch::Receiver<bool>, audit: Duration) -> Ended {
+        let client = self.client;
+        let mut state = client.state_watcher();
+        let mut rng = rand::rngs::StdRng::from_os_rng();
+        loop {
+            // (Re-)arm the watches before reading, so that no change between the read and the
+            // watch goes unnoticed.
+            let watchers = match arm(client, self.paths).await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    // Refused while connected (a ZooKeeper without addWatch): not in a tight loop.
+                    tokio::select! {
+                        () = tokio::time::sleep(ARM_RETRY) => {}
+                        _ = shutdown.changed() => return Ended::Shutdown,
+                    }
+                    match wait_connected(&mut state, shutdown).await {
+                        Some(ended) => return ended,
+                        None => continue,
+                    }
                 }
-            }
-        };
-        let (changed_tx, mut changed_rx) = mpsc::unbounded_channel::<usize>();
-        let mut watch_tasks = Vec::new();
-        for (i, mut watcher) in watchers.into_iter().enumerate() {
-            let tx = changed_tx.clone();
-            watch_tasks.push(tokio::spawn(async move {
-                loop {
-                    let event = watcher.changed().await;
-                    if event.event_type == EventType::Session {
-                        // Any change of connection ends this watch: the session loop arms a new
-                        // one after reconnecting (and the client may drop this one's sender).
-                        if event.session_state != SessionState::SyncConnected {
-                            return;
+            };
+            let mut follow = Follow::new(self, watchers);
+            let mut next_audit = Instant::now() + jittered(audit, &mut rng);
+            let lost = loop {
+                match follow.flush().await {
+                    Ok(()) => {}
+                    Err(Failure::EngineGone) => return Ended::EngineGone,
+                    Err(Failure::Read(e)) => {
+                        tracing::warn!("{e}");
+                        if !connected(client.state()) {
+                            break client.state();
                         }
-                        continue;
-                    }
-                    if tx.send(i).is_err() {
-                        return;
-                    }
-                }
-            }));
-        }
-        let abort = || watch_tasks.iter().for_each(tokio::task::JoinHandle::abort);
-        let mut dirty: Vec<bool> = vec![true; paths.len()];
-        let lost = loop {
-            if dirty.iter().any(|d| *d) {
-                for (i, path) in paths.iter().enumerate() {
-                    if !std::mem::take(&mut dirty[i]) {
-                        continue;
-                    }
-                    match read(client, path).await {
-                        Ok(Some(children)) => {
-                            let ev = ZkEvent::Snapshot { path: path.clone(), exists: true, children };
-                            if events.send(ev).await.is_err() {
-                                abort();
-                                return Ended::EngineGone;
-                            }
-                        }
-                        Ok(None) => {
-                            let ev = ZkEvent::Snapshot { path: path.clone(), exists: false, children: Children::new() };
-                            if events.send(ev).await.is_err() {
-                                abort();
-                                return Ended::EngineGone;
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!("{e}");
-                            dirty[i] = true;
-                            break;
+                        tokio::select! {
+                            () = tokio::time::sleep(RETRY_MIN) => continue,
+                            _ = shutdown.changed() => return Ended::Shutdown,
                         }
                     }
                 }
-            }
-            if dirty.iter().any(|d| *d) {
-                // A read failed: the connection is going; the state watcher says how.
-                match client.state() {
-                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                        tokio::time::sleep(RETRY_MIN).await;
-                        continue;
+                tokio::select! {
+                    event = follow.next_event() => {
+                        if let Some(s) = follow.take(event) {
+                            break s;
+                        }
+                        tokio::time::sleep(SETTLE).await;
+                        if let Some(s) = follow.barrier().await {
+                            break s;
+                        }
                     }
-                    _ => break client.state(),
-                }
-            }
-            tokio::select! {
-                Some(i) = changed_rx.recv() => {
-                    dirty[i] = true;
-                    tokio::time::sleep(SETTLE).await;
-                    while let Ok(i) = changed_rx.try_recv() {
-                        dirty[i] = true;
+                    () = tokio::time::sleep_until(next_audit) => {
+                        next_audit = Instant::now() + jittered(audit, &mut rng);
+                        match follow.audit().await {
+                            Ok(None) => {}
+                            Ok(Some(s)) => break s,
+                            Err(Failure::EngineGone) => return Ended::EngineGone,
+                            // The path is marked for a whole read: the next pass retries it.
+                            Err(Failure::Read(e)) => tracing::warn!("audit: {e}"),
+                        }
                     }
-                }
-                s = state.changed() => {
-                    if !matches!(s, SessionState::SyncConnected | SessionState::ConnectedReadOnly) {
-                        break s;
+                    s = state.changed() => {
+                        if !connected(s) {
+                            break s;
+                        }
                     }
+                    _ = shutdown.changed() => return Ended::Shutdown,
                 }
-                _ = shutdown.changed() => {
-                    abort();
-                    return Ended::Shutdown;
-                }
+            };
+            drop(follow);
+            if matches!(lost, SessionState::Expired | SessionState::AuthFailed | SessionState::Closed) {
+                return Ended::Expired;
             }
-        };
-        abort();
-        match lost {
-            SessionState::Expired | SessionState::AuthFailed | SessionState::Closed => return Ended::Expired,
-            _ => {}
+            if self.events.send(ZkEvent::Disconnected).await.is_err() {
+                return Ended::EngineGone;
+            }
+            if let Some(ended) = wait_connected(&mut state, shutdown).await {
+                return ended;
+            }
+            let session_id = format!("{:#x}", client.session_id().0);
+            if self.events.send(ZkEvent::Connected { session_id, new_session: false }).await.is_err() {
+                return Ended::EngineGone;
+            }
         }
-        if events.send(ZkEvent::Disconnected).await.is_err() {
-            return Ended::EngineGone;
+    }
+}
+
+/// `interval` plus up to a quarter of it.
+fn jittered(interval: Duration, rng: &mut impl Rng) -> Duration {
+    interval + interval.mul_f64(rng.random_range(0.0..0.25))
+}
+
+/// One connection's following: what each path holds as far as reads and events tell.
+struct Follow<'a> {
+    session: &'a Session<'a>,
+    watchers: Vec<PersistentWatcher>,
+    /// Every path's children with their data, as read and patched since; `None`: no such path.
+    trees: Vec<Option<Children>>,
+    /// What each path's events ask for; every path starts with a whole read.
+    pending: Vec<Pending>,
+}
+
+impl<'a> Follow<'a> {
+    fn new(session: &'a Session<'a>, watchers: Vec<PersistentWatcher>) -> Self {
+        let n = session.paths.len();
+        let pending = (0..n).map(|_| Pending { whole: true, nodes: BTreeMap::new() }).collect();
+        Follow { session, watchers, trees: vec![None; n], pending }
+    }
+
+    /// The next event of any watch. Cancel-safe: an event not returned stays queued.
+    async fn next_event(&mut self) -> (usize, WatchedEvent) {
+        if self.watchers.is_empty() {
+            return std::future::pending().await;
         }
-        if let Some(ended) = wait_connected(&mut state, shutdown).await {
-            return ended;
+        let waits = self.watchers.iter_mut().enumerate().map(|(i, w)| async move { (i, w.changed().await) }.boxed());
+        select_all(waits).await.0
+    }
+
+    /// Takes in an event; the session state when it says the connection is going (the watches
+    /// are then not polled again: zookeeper-client ends them).
+    fn take(&mut self, (i, event): (usize, WatchedEvent)) -> Option<SessionState> {
+        if event.event_type == EventType::Session {
+            return (!connected(event.session_state)).then_some(event.session_state);
         }
-        let session_id = format!("{:#x}", client.session_id().0);
-        if events.send(ZkEvent::Connected { session_id, new_session: false }).await.is_err() {
-            return Ended::EngineGone;
+        if !fault::deaf() {
+            self.pending[i].record(&self.session.paths[i], &event);
         }
+        None
+    }
+
+    /// Every event already received, taken in without waiting.
+    fn drain(&mut self) -> Option<SessionState> {
+        while let Some(event) = self.next_event().now_or_never() {
+            if let Some(s) = self.take(event) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Waits until every event of the change under way is in: ZooKeeper sends a transaction's
+    /// notifications before the answer to any request it handles after it, so once a stat of
+    /// the path is answered they are all queued here.
+    async fn barrier(&mut self) -> Option<SessionState> {
+        let i = self.pending.iter().position(|p| !p.is_empty()).unwrap_or(0);
+        if let Some(path) = self.session.paths.get(i) {
+            if let Err(e) = self.session.client.check_stat(path).await {
+                tracing::debug!("stat of {path}: {e}");
+            }
+        }
+        self.drain()
+    }
+
+    async fn send(&self, event: ZkEvent) -> Result<(), Failure> {
+        self.session.events.send(event).await.map_err(|_| Failure::EngineGone)
+    }
+
+    /// Reads what the events ask for and reports it: whole paths as snapshots, changed nodes
+    /// as changes (only those that differ from what was reported before).
+    async fn flush(&mut self) -> Result<(), Failure> {
+        let (client, metrics, paths) = (self.session.client, self.session.metrics, self.session.paths);
+        for (i, path) in paths.iter().enumerate() {
+            let pending = std::mem::take(&mut self.pending[i]);
+            if pending.is_empty() {
+                continue;
+            }
+            if pending.whole || self.trees[i].is_none() {
+                let read = read::whole(client, path, metrics).await.map_err(|e| {
+                    self.pending[i].whole = true;
+                    Failure::Read(e)
+                })?;
+                self.trees[i].clone_from(&read);
+                let exists = read.is_some();
+                self.send(ZkEvent::Snapshot { path: path.clone(), exists, children: read.unwrap_or_default() }).await?;
+                continue;
+            }
+            let names: Vec<String> =
+                pending.nodes.iter().filter(|(_, c)| **c == Change::Read).map(|(n, _)| n.clone()).collect();
+            let mut nodes = read::nodes(client, path, &names, metrics).await.map_err(|e| {
+                self.pending[i].whole = true;
+                Failure::Read(e)
+            })?;
+            nodes.extend(pending.nodes.iter().filter(|(_, c)| **c == Change::Gone).map(|(n, _)| (n.clone(), None)));
+            let tree = self.trees[i].get_or_insert_with(Children::new);
+            nodes.retain(|name, data| tree.get(name) != data.as_ref());
+            for (name, data) in &nodes {
+                match data {
+                    Some(data) => tree.insert(name.clone(), data.clone()),
+                    None => tree.remove(name),
+                };
+            }
+            if !nodes.is_empty() {
+                self.send(ZkEvent::Changes { path: path.clone(), nodes }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every path whole and compares it with what the watches reported; repairs and
+    /// counts the differences. Nodes whose events come in during the read are left out of the
+    /// comparison and read again just after.
+    async fn audit(&mut self) -> Result<Option<SessionState>, Failure> {
+        if let Some(s) = self.drain() {
+            return Ok(Some(s));
+        }
+        self.flush().await?;
+        let (client, metrics, paths) = (self.session.client, self.session.metrics, self.session.paths);
+        Metrics::add(&metrics.zk_audits);
+        for (i, path) in paths.iter().enumerate() {
+            let read = read::whole(client, path, metrics).await.map_err(|e| {
+                self.pending[i].whole = true;
+                Failure::Read(e)
+            })?;
+            if let Some(s) = self.drain() {
+                return Ok(Some(s));
+            }
+            if self.pending[i].whole {
+                continue;
+            }
+            let differ = match (&self.trees[i], &read) {
+                (Some(known), Some(read)) => read::differences(known, read, &self.pending[i].nodes),
+                (None, None) => 0,
+                (Some(tree), None) | (None, Some(tree)) => tree.len().max(1),
+            };
+            if differ == 0 {
+                tracing::debug!("audit of {path}: in step with ZooKeeper");
+                continue;
+            }
+            tracing::warn!(
+                "audit of {path}: {differ} nodes differed from what ZooKeeper's watch had reported; repaired"
+            );
+            Metrics::add_n(&metrics.zk_audit_repairs, differ as u64);
+            self.trees[i].clone_from(&read);
+            let exists = read.is_some();
+            self.send(ZkEvent::Snapshot { path: path.clone(), exists, children: read.unwrap_or_default() }).await?;
+        }
+        Ok(None)
     }
 }
 
@@ -251,39 +411,12 @@ async fn arm(client: &Client, paths: &[String]) -> Result<Vec<PersistentWatcher>
     Ok(watchers)
 }
 
-/// Every child of `path` with its data; `None` when `path` does not exist. A child that goes
-/// between the listing and the read is simply not there.
-pub async fn read(client: &Client, path: &str) -> Result<Option<Children>, Error> {
-    let names = match client.list_children(path).await {
-        Ok(names) => names,
-        Err(zookeeper_client::Error::NoNode) => return Ok(None),
-        Err(source) => return Err(Error::Zookeeper { what: format!("listing {path}"), source }),
-    };
-    let mut children = Children::new();
-    for batch in names.chunks(BATCH) {
-        let mut reader = client.new_multi_reader();
-        for name in batch {
-            let child = format!("{}/{name}", path.trim_end_matches('/'));
-            reader
-                .add_get_data(&child)
-                .map_err(|source| Error::Zookeeper { what: format!("reading {child}"), source })?;
-        }
-        let results = reader
-            .commit()
-            .await
-            .map_err(|source| Error::Zookeeper { what: format!("reading under {path}"), source })?;
-        for (name, result) in batch.iter().zip(results) {
-            match result {
-                zookeeper_client::MultiReadResult::Data { data, .. } => {
-                    children.insert(name.clone(), data);
-                }
-                zookeeper_client::MultiReadResult::Error { err: zookeeper_client::Error::NoNode } => {}
-                zookeeper_client::MultiReadResult::Error { err } => {
-                    return Err(Error::Zookeeper { what: format!("reading {path}/{name}"), source: err });
-                }
-                _ => {}
-            }
-        }
+/// Fault injection for the test suite, in debug builds only: while the file named by
+/// `LB_WATCHER_FAULT_DEAF` exists, node events are ignored, as by a watch that misses changes
+/// (what the audit is there to find).
+mod fault {
+    pub(super) fn deaf() -> bool {
+        cfg!(debug_assertions)
+            && std::env::var_os("LB_WATCHER_FAULT_DEAF").is_some_and(|f| std::path::Path::new(&f).exists())
     }
-    Ok(Some(children))
 }

@@ -105,7 +105,7 @@ fn test(t: &Test) -> Value {
     map([(key, Value::Mapping(m))])
 }
 
-fn fetch(f: &Fetch) -> Value {
+pub(super) fn fetch(f: &Fetch) -> Value {
     match f.key() {
         (key, None) => s(key),
         (key, Some(name)) => map([(key, s(name))]),
@@ -135,7 +135,7 @@ pub(super) fn route_target(t: &RouteTarget) -> Value {
     }
 }
 
-fn with_guard(action: &str, arg: Value, g: Option<&Guard>) -> Value {
+pub(super) fn with_guard(action: &str, arg: Value, g: Option<&Guard>) -> Value {
     let mut out = Mapping::new();
     out.insert(s(action), arg);
     let (if_, unless) = guard_pair(g);
@@ -148,7 +148,7 @@ fn with_guard(action: &str, arg: Value, g: Option<&Guard>) -> Value {
     Value::Mapping(out)
 }
 
-fn reply(r: &Reply) -> Value {
+pub(super) fn reply(r: &Reply) -> Value {
     let mut out = Mapping::new();
     out.insert(s("status"), Value::from(r.status));
     if let Some(t) = &r.content_type {
@@ -201,6 +201,10 @@ pub(super) fn request_rules(rules: &[RequestRule]) -> Option<Vec<Value>> {
                 RequestAction::DelHeader(n) => ("del_header", s(n)),
                 RequestAction::SetPath(t) => ("set_path", s(&t.source)),
                 RequestAction::Capture(c) => ("capture", capture(c)),
+                RequestAction::Track(t) => ("track", super::tables::track(t)),
+                RequestAction::Tarpit(t) => ("tarpit", super::tables::tarpit(t)),
+                RequestAction::SetGpt(m) => ("set_gpt", super::tables::mark(m, true)),
+                RequestAction::IncGpc(m) => ("inc_gpc", super::tables::mark(m, false)),
             };
             with_guard(action, arg, r.guard.as_ref())
         })

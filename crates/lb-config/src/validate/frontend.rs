@@ -1,7 +1,9 @@
 //! One `frontends[i]` entry: binds, settings and routing rules (whose backends are checked in
 //! `links`, once every backend is known).
 
-use super::policy::{guard, log_format, request_rules, response_rules, route_target, tests_response, unique_id, Names};
+use super::policy::{
+    connection_rules, guard, log_format, request_rules, response_rules, route_target, tests_response, unique_id, Names,
+};
 use super::sections::{body_size, error_files, header_size, timeouts, Defaults};
 use crate::address::parse_listen;
 use crate::check::Checker;
@@ -65,6 +67,7 @@ pub(super) fn frontend(
             &policy.conditions,
         ),
         http_response: response_rules(ctx, &child(path, "http_response"), raw.http_response.as_ref(), names),
+        tcp_request: connection_rules(ctx, &child(path, "tcp_request"), raw.tcp_request.as_ref(), names),
         unique_id: unique_id(ctx, &child(path, "unique_id"), raw.unique_id.as_ref()),
         log_format: log_format(ctx, path, raw.log_format.as_ref()).or_else(|| d.log_format.clone()),
         max_connections: ctx.limit(path, "max_connections", raw.max_connections),

@@ -5,6 +5,7 @@
 
 mod actions;
 mod conditions;
+mod limits;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,6 +13,7 @@ use serde_yaml::{Mapping, Value};
 
 pub(super) use actions::{request_rules, response_rules, route_target};
 pub(super) use conditions::{condition, tests_response};
+pub(super) use limits::connection_rules;
 
 use crate::check::Checker;
 use crate::locate::child;

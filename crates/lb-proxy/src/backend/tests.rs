@@ -54,6 +54,7 @@ pub(crate) fn config_with(backends: Vec<Backend>) -> Config {
         frontends: Vec::new(),
         backends,
         policy: Default::default(),
+        tables: Vec::new(),
     }
 }
 

@@ -60,6 +60,9 @@ impl Exchange {
         // Counted where the request is logged: its status, bytes and ending are known here.
         let now = Some(wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
         ctx.proxy.counters.request(now, self.status, bytes, self.termination);
+        if let Some(tracked) = self.policy.as_ref().map(|p| &p.tracked).filter(|t| !t.is_empty()) {
+            tracked.answered(u16::try_from(self.status).unwrap_or(0), bytes.from_client, bytes.to_client);
+        }
         ctx.fe.counters.request(now, self.status, bytes, self.termination);
         if self.request_line == "<BADREQ>" {
             ctx.fe.counters.request_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -196,16 +199,32 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         let duplicated = policy.reads_content_length && restore_content_lengths(&ctx, &mut parts.headers);
         ex = match request_policy(ex, &mut parts) {
             Ok(ex) => ex,
-            Err(answer) => return Ok(*answer),
+            Err((answer, hold)) => {
+                // A tarpit: the answer waits, the client with it.
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
+                return Ok(*answer);
+            }
         };
         if duplicated {
             if let Some(v) = parts.headers.get(header::CONTENT_LENGTH).cloned() {
                 parts.headers.insert(header::CONTENT_LENGTH, v);
             }
         }
+        // A `limit_req` bucket without `nodelay`: the request goes on at the table's rate.
+        if let Some(ms) = ex.policy.as_ref().map(|p| p.tracked.delay_ms).filter(|&ms| ms > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
     }
-    let subject =
-        Subject { req: Some(RequestView::of(&parts)), facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
+    let tracked = ex.policy.as_ref().map(|p| &p.tracked).filter(|t| !t.is_empty());
+    let subject = Subject {
+        req: Some(RequestView::of(&parts)),
+        facts: &ctx.facts,
+        frontend: ctx.fe.name(),
+        response: None,
+        tracked,
+    };
     let Some(backend) = policy.route(&subject).cloned() else {
         return Ok(error(ex, 503, *b"SC"));
     };

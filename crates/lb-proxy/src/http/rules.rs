@@ -10,6 +10,7 @@ use super::body::ResponseBody;
 use super::forward::{error, Exchange};
 use super::ConnCtx;
 use crate::policy::{render, Captured, Final, RequestVars, RequestView, Subject};
+use crate::tables::{Reason, Tracked};
 
 /// What an exchange carries for the frontend's policy: captures, the request ID, and the
 /// request's head when a response rule reads it. Boxed and absent for frontends without rules
@@ -19,6 +20,8 @@ pub(crate) struct PolicyFacts {
     pub(crate) captured: Captured,
     pub(crate) unique_id: Option<String>,
     pub(crate) request: Option<(http::Method, Uri, http::HeaderMap)>,
+    /// The limit-table entries the request tracks (`track`), counted down when it ends.
+    pub(crate) tracked: Tracked,
 }
 
 /// Puts back the equal Content-Length lines hyper merged; true when there were some.
@@ -32,11 +35,11 @@ pub(super) fn restore_content_lengths(ctx: &ConnCtx, headers: &mut http::HeaderM
     raw > have
 }
 
+/// A rule's answer, and how long to hold it first (a tarpit's delay).
+pub(super) type Answer = (Box<Response<ResponseBody>>, std::time::Duration);
+
 /// Runs the `http_request` rules (and makes the request ID); `Err` is a rule's answer.
-pub(super) fn request_policy(
-    mut ex: Exchange,
-    parts: &mut http::request::Parts,
-) -> Result<Exchange, Box<Response<ResponseBody>>> {
+pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts) -> Result<Exchange, Answer> {
     let ctx = ex.ctx.clone();
     let policy = &ctx.fe.policy;
     let facts = ex.policy.get_or_insert_with(Box::default);
@@ -49,16 +52,34 @@ pub(super) fn request_policy(
         }
         facts.unique_id = Some(id);
     }
-    let Some(outcome) =
-        policy.on_request(parts, &ctx.facts, ctx.fe.name(), facts.unique_id.as_deref(), &mut facts.captured)
-    else {
+    let outcome = policy.on_request(
+        parts,
+        &ctx.facts,
+        ctx.fe.name(),
+        facts.unique_id.as_deref(),
+        &mut facts.captured,
+        &mut facts.tracked,
+    );
+    let Some(outcome) = outcome else {
         return Ok(ex);
     };
     let counted = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Err(Box::new(match outcome {
+    let mut hold = std::time::Duration::ZERO;
+    let answer = match outcome {
         Final::Deny(reply) => {
             counted(&ctx.fe.counters.denied_requests);
-            own_reply(ex, reply, *b"PR", None)
+            refusal(ex, reply, *b"PR", Reason::Deny, None)
+        }
+        Final::Tarpit(tarpit) => {
+            counted(&ctx.fe.counters.denied_requests);
+            hold = tarpit.delay;
+            refusal(ex, &tarpit.reply, *b"PT", Reason::Tarpit, None)
+        }
+        Final::LimitReq { retry_after_ms } => {
+            counted(&ctx.fe.counters.denied_requests);
+            let reply =
+                Reply { status: 429, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
+            refusal(ex, &reply, *b"PR", Reason::LimitReq, Some(retry_after_ms.div_ceil(1000).max(1)))
         }
         Final::Return(reply) => {
             counted(&ctx.fe.counters.intercepted);
@@ -70,7 +91,35 @@ pub(super) fn request_policy(
                 Reply { status: code, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
             own_reply(ex, &reply, *b"LR", Some(location))
         }
-    }))
+    };
+    Err((Box::new(answer), hold))
+}
+
+/// A `deny`, `tarpit` or `limit_req` refusal: counted against the tables its rule read, and a
+/// 429 or 503 says when to come back (`Retry-After`) unless the rule sets it itself.
+fn refusal(
+    ex: Exchange,
+    reply: &Reply,
+    termination: [u8; 2],
+    reason: Reason,
+    retry_after: Option<u64>,
+) -> Response<ResponseBody> {
+    let tracked = ex.policy.as_ref().map(|p| &p.tracked);
+    let mut retry_after = retry_after;
+    if let Some(tracked) = tracked.filter(|t| !t.is_empty()) {
+        if reason != Reason::LimitReq {
+            tracked.refused(tracked.read_by_refusal, reason);
+        }
+        let own = reply.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("retry-after"));
+        if retry_after.is_none() && !own && matches!(reply.status, 429 | 503) {
+            retry_after = Some(tracked.retry_after_secs());
+        }
+    }
+    let mut response = own_reply(ex, reply, termination, None);
+    if let Some(secs) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
 }
 
 /// Runs the `http_response` rules on the server's response head; `Some` when one denies it.
@@ -107,6 +156,7 @@ fn unique_id(uid: &lb_config::UniqueId, parts: &http::request::Parts, ctx: &Conn
                 facts: &ctx.facts,
                 frontend: ctx.fe.name(),
                 response: None,
+                tracked: None,
             };
             let mut out = String::new();
             render(format, &RequestVars { subject: &subject, unique_id: None }, &mut out);
@@ -156,7 +206,7 @@ pub(super) fn own_reply(
     }
     if !reply.headers.is_empty() {
         let ctx = ex.ctx.clone();
-        let subject = Subject { req: None, facts: &ctx.facts, frontend: ctx.fe.name(), response: None };
+        let subject = Subject { req: None, facts: &ctx.facts, frontend: ctx.fe.name(), response: None, tracked: None };
         let unique_id = ex.policy.as_ref().and_then(|p| p.unique_id.clone());
         let vars = RequestVars { subject: &subject, unique_id: unique_id.as_deref() };
         for (name, template) in &reply.headers {

@@ -2,15 +2,19 @@
 //! capture slots numbered) and run on a request's or a response's head.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
-use lb_config::{Policy, Redirect, RedirectTo, Reply, RequestAction, ResponseAction, Template};
+use lb_config::{
+    Fetch, Mark, Policy, Redirect, RedirectTo, Reply, RequestAction, ResponseAction, Tarpit, Template, TemplatePart,
+};
 
 use super::cond::CompileError;
 use super::template::{render, RequestVars};
-use super::{when, FrontendPolicy, Patterns, RequestView, Subject, When};
+use super::{when, Fetched, FrontendPolicy, Patterns, RequestView, Subject, When};
 use crate::facts::ConnFacts;
+use crate::tables::{Key, Now, Table, Tables, TrackOutcome, Tracked};
 
 #[derive(Debug)]
 pub(super) struct RequestRule {
@@ -32,20 +36,71 @@ enum Req {
     Return(Reply),
     Redirect(Redirect),
     Allow,
-    Set(HeaderName, Template),
-    Add(HeaderName, Template),
+    Set(HeaderName, Value),
+    Add(HeaderName, Value),
     Del(HeaderName),
     SetPath(Template),
-    Capture { header: HeaderName, length: usize, slot: usize },
+    Capture {
+        header: HeaderName,
+        length: usize,
+        slot: usize,
+    },
+    Track {
+        slot: u8,
+        table: Arc<Table>,
+        key: Fetch,
+    },
+    Tarpit(Tarpit),
+    /// `set_gpt` (true) or `inc_gpc` (false).
+    Mark(Mark, bool),
 }
 
 #[derive(Debug)]
 enum Res {
     Deny(Reply),
-    Set(HeaderName, Template),
-    Add(HeaderName, Template),
+    Set(HeaderName, Value),
+    Add(HeaderName, Value),
     Del(HeaderName),
     Capture { header: HeaderName, length: usize, slot: usize },
+}
+
+/// A header value to write: made once when its template is plain text (each request then
+/// shares it), else rendered per request.
+#[derive(Debug)]
+enum Value {
+    Fixed(HeaderValue),
+    Rendered(Template),
+}
+
+impl Value {
+    fn new(t: &Template) -> Value {
+        let mut text = String::new();
+        for part in &t.parts {
+            match part {
+                TemplatePart::Literal(l) => text.push_str(l),
+                TemplatePart::Var { .. } => return Value::Rendered(t.clone()),
+            }
+        }
+        // Text that is not a valid value stays a template: dropped at run time, as before.
+        HeaderValue::from_str(&text).map_or_else(|_| Value::Rendered(t.clone()), Value::Fixed)
+    }
+
+    /// The value for this request, or `None` when it would not be a valid one (a CR or LF that
+    /// came from the request, say): such a header is dropped, never sent.
+    fn get(&self, vars: &RequestVars<'_>) -> Option<HeaderValue> {
+        match self {
+            Value::Fixed(v) => Some(v.clone()),
+            Value::Rendered(t) => {
+                let mut out = String::new();
+                render(t, vars, &mut out);
+                let v = HeaderValue::from_str(&out);
+                if v.is_err() {
+                    tracing::debug!(template = t.source, "a header value with a forbidden character was dropped");
+                }
+                v.ok()
+            }
+        }
+    }
 }
 
 /// What ends a request's rules with an answer of lb-proxy's own.
@@ -53,7 +108,16 @@ enum Res {
 pub(crate) enum Final<'p> {
     Deny(&'p Reply),
     Return(&'p Reply),
-    Redirect { code: u16, location: String },
+    Redirect {
+        code: u16,
+        location: String,
+    },
+    /// Hold the request, then answer.
+    Tarpit(&'p Tarpit),
+    /// Past a table's `limit_req` burst: 429, and when to come back.
+    LimitReq {
+        retry_after_ms: u64,
+    },
 }
 
 /// The values captured for the log's `{…}` blocks, by slot.
@@ -71,6 +135,7 @@ pub(super) fn compile_request(
     rules: &[lb_config::RequestRule],
     policy: &Policy,
     patterns: &Patterns,
+    tables: &Tables,
 ) -> Result<(Vec<RequestRule>, usize), (usize, CompileError)> {
     let mut slots = 0;
     let mut out = Vec::with_capacity(rules.len());
@@ -81,14 +146,25 @@ pub(super) fn compile_request(
                 RequestAction::Return(r) => Req::Return(r.clone()),
                 RequestAction::Redirect(r) => Req::Redirect(r.clone()),
                 RequestAction::Allow => Req::Allow,
-                RequestAction::SetHeader(h) => Req::Set(header_name(&h.name)?, h.value.clone()),
-                RequestAction::AddHeader(h) => Req::Add(header_name(&h.name)?, h.value.clone()),
+                RequestAction::SetHeader(h) => Req::Set(header_name(&h.name)?, Value::new(&h.value)),
+                RequestAction::AddHeader(h) => Req::Add(header_name(&h.name)?, Value::new(&h.value)),
                 RequestAction::DelHeader(n) => Req::Del(header_name(n)?),
                 RequestAction::SetPath(t) => Req::SetPath(t.clone()),
                 RequestAction::Capture(c) => {
                     slots += 1;
                     Req::Capture { header: header_name(&c.header)?, length: c.length, slot: slots - 1 }
                 }
+                RequestAction::Track(t) => Req::Track {
+                    slot: t.slot,
+                    table: tables
+                        .get(&t.table)
+                        .cloned()
+                        .ok_or_else(|| CompileError(format!("no table `{}`", t.table)))?,
+                    key: t.key.clone(),
+                },
+                RequestAction::Tarpit(t) => Req::Tarpit(t.clone()),
+                RequestAction::SetGpt(m) => Req::Mark(*m, true),
+                RequestAction::IncGpc(m) => Req::Mark(*m, false),
             };
             Ok(RequestRule { when: when(rule.guard.as_ref(), policy, patterns)?, action, hits: AtomicU64::new(0) })
         })();
@@ -108,8 +184,8 @@ pub(super) fn compile_response(
         let compiled = (|| {
             let action = match &rule.action {
                 ResponseAction::Deny(r) => Res::Deny(r.clone()),
-                ResponseAction::SetHeader(h) => Res::Set(header_name(&h.name)?, h.value.clone()),
-                ResponseAction::AddHeader(h) => Res::Add(header_name(&h.name)?, h.value.clone()),
+                ResponseAction::SetHeader(h) => Res::Set(header_name(&h.name)?, Value::new(&h.value)),
+                ResponseAction::AddHeader(h) => Res::Add(header_name(&h.name)?, Value::new(&h.value)),
                 ResponseAction::DelHeader(n) => Res::Del(header_name(n)?),
                 ResponseAction::Capture(c) => {
                     slots += 1;
@@ -135,11 +211,20 @@ impl RequestRule {
             Req::Del(_) => "del_header",
             Req::SetPath(_) => "set_path",
             Req::Capture { .. } => "capture",
+            Req::Track { .. } => "track",
+            Req::Tarpit(_) => "tarpit",
+            Req::Mark(_, true) => "set_gpt",
+            Req::Mark(_, false) => "inc_gpc",
         }
     }
 
     pub(super) fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The tracked slots its condition reads (a bit each).
+    fn slots_read(&self) -> u8 {
+        self.when.as_ref().map_or(0, |w| w.cond.slots_read())
     }
 }
 
@@ -157,18 +242,6 @@ impl ResponseRule {
     pub(super) fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
-}
-
-/// A rendered header value, or `None` when it would not be a valid one (a CR or LF that came
-/// from the request, say): such a header is dropped, never sent.
-fn value(t: &Template, vars: &RequestVars<'_>) -> Option<HeaderValue> {
-    let mut out = String::new();
-    render(t, vars, &mut out);
-    let v = HeaderValue::from_str(&out);
-    if v.is_err() {
-        tracing::debug!(template = t.source, "a header value with a forbidden character was dropped");
-    }
-    v.ok()
 }
 
 /// The first value of `header`, cut at `length` bytes (on a character boundary).
@@ -198,17 +271,37 @@ impl FrontendPolicy {
         frontend: &str,
         unique_id: Option<&str>,
         captures: &mut Captured,
+        tracked: &mut Tracked,
     ) -> Option<Final<'p>> {
-        for rule in &self.request {
-            // Conditions and templates read the head as the rules before left it.
-            let subject = Subject { req: Some(RequestView::of(parts)), facts, frontend, response: None };
-            if !rule.when.as_ref().is_none_or(|w| w.holds(&subject)) {
+        let mut rules = self.request.iter();
+        loop {
+            // Conditions and templates read the head as the rules before left it: what the
+            // conditions fetch from it holds until a rule's action changes it.
+            let tracking = (!tracked.is_empty()).then_some(&*tracked);
+            let subject =
+                Subject { req: Some(RequestView::of(parts)), facts, frontend, response: None, tracked: tracking };
+            let fetched = Fetched::default();
+            let rule = rules.by_ref().find(|r| r.when.as_ref().is_none_or(|w| w.holds(&subject, &fetched)))?;
+            rule.hits.fetch_add(1, Ordering::Relaxed);
+            if let Req::Track { slot, table, key } = &rule.action {
+                let Some(key) = table_key(&subject, table, key) else { continue };
+                if let TrackOutcome::Refused { retry_after_ms } = tracked.track(*slot, table, key, Now::read()) {
+                    return Some(Final::LimitReq { retry_after_ms });
+                }
                 continue;
             }
-            rule.hits.fetch_add(1, Ordering::Relaxed);
             let vars = RequestVars { subject: &subject, unique_id };
             match &rule.action {
-                Req::Deny(r) => return Some(Final::Deny(r)),
+                Req::Track { .. } => {}
+                Req::Tarpit(t) => {
+                    tracked.read_by_refusal = rule.slots_read();
+                    return Some(Final::Tarpit(t));
+                }
+                Req::Mark(mark, set) => tracked.mark(mark, *set, Now::read()),
+                Req::Deny(r) => {
+                    tracked.read_by_refusal = rule.slots_read();
+                    return Some(Final::Deny(r));
+                }
                 Req::Return(r) => return Some(Final::Return(r)),
                 Req::Redirect(r) => {
                     if let Some(location) = location(r, &subject, &vars) {
@@ -216,15 +309,17 @@ impl FrontendPolicy {
                     }
                 }
                 Req::Allow => return None,
-                Req::Set(name, t) => {
-                    let v = value(t, &vars);
-                    parts.headers.remove(name);
-                    if let Some(v) = v {
+                // `insert` replaces every value the header had.
+                Req::Set(name, v) => match v.get(&vars) {
+                    Some(v) => {
                         parts.headers.insert(name.clone(), v);
                     }
-                }
-                Req::Add(name, t) => {
-                    if let Some(v) = value(t, &vars) {
+                    None => {
+                        parts.headers.remove(name);
+                    }
+                },
+                Req::Add(name, v) => {
+                    if let Some(v) = v.get(&vars) {
                         parts.headers.append(name.clone(), v);
                     }
                 }
@@ -242,7 +337,6 @@ impl FrontendPolicy {
                 }
             }
         }
-        None
     }
 
     /// Runs the `http_response` rules on a server's response head; `Some` when one denies it.
@@ -257,28 +351,26 @@ impl FrontendPolicy {
         unique_id: Option<&str>,
         captures: &mut Captured,
     ) -> Option<&'p Reply> {
-        for rule in &self.response {
-            let snapshot;
-            let subject = {
-                snapshot = &*headers;
-                Subject { req, facts, frontend, response: Some((status, snapshot)) }
-            };
-            if !rule.when.as_ref().is_none_or(|w| w.holds(&subject)) {
-                continue;
-            }
+        let mut rules = self.response.iter();
+        loop {
+            let subject = Subject { req, facts, frontend, response: Some((status, &*headers)), tracked: None };
+            let fetched = Fetched::default();
+            let rule = rules.by_ref().find(|r| r.when.as_ref().is_none_or(|w| w.holds(&subject, &fetched)))?;
             rule.hits.fetch_add(1, Ordering::Relaxed);
             let vars = RequestVars { subject: &subject, unique_id };
             match &rule.action {
                 Res::Deny(r) => return Some(r),
-                Res::Set(name, t) => {
-                    let v = value(t, &vars);
-                    headers.remove(name);
-                    if let Some(v) = v {
+                // `insert` replaces every value the header had.
+                Res::Set(name, v) => match v.get(&vars) {
+                    Some(v) => {
                         headers.insert(name.clone(), v);
                     }
-                }
-                Res::Add(name, t) => {
-                    if let Some(v) = value(t, &vars) {
+                    None => {
+                        headers.remove(name);
+                    }
+                },
+                Res::Add(name, v) => {
+                    if let Some(v) = v.get(&vars) {
                         headers.append(name.clone(), v);
                     }
                 }
@@ -291,7 +383,16 @@ impl FrontendPolicy {
                 }
             }
         }
-        None
+    }
+}
+
+/// The key `fetch` gives for `table`; `None` when the request has no such value (it is then
+/// not tracked, as HAProxy tracks nothing without a sample).
+fn table_key(s: &Subject<'_>, table: &Table, fetch: &Fetch) -> Option<Key> {
+    match fetch {
+        Fetch::Src => Key::ip(&table.config.key, s.facts.client?.ip())
+            .or_else(|| Key::bytes(&table.config.key, s.facts.client?.ip().to_string().as_bytes())),
+        other => Key::bytes(&table.config.key, s.value(other)?.as_bytes()),
     }
 }
 

@@ -1,12 +1,14 @@
 //! Conditions compiled once per configuration: named conditions inlined, regular expressions
-//! built, inline lists made sets, list names resolved to their live cells. Evaluating one reads
-//! the request (and response) in place: no allocation unless a case-insensitive comparison
-//! meets upper-case text, or a number is tested as text.
+//! built, inline lists made sets, list names resolved to their live cells, header names parsed.
+//! Evaluating one reads the request (and response) in place: no allocation unless a
+//! case-insensitive comparison meets upper-case text, or a number is tested as text.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use http::header::{GetAll, HeaderName, HeaderValue};
 use lb_config::{Compare, Condition, Fetch, ListKind, Matcher, Pattern, Test};
 
 use super::patterns::{ListCell, NetSet, Patterns};
@@ -23,9 +25,41 @@ pub(crate) enum Cond {
 
 #[derive(Debug)]
 pub(crate) struct CTest {
-    fetch: Fetch,
+    fetch: CFetch,
     matcher: CMatch,
     ignore_case: bool,
+}
+
+/// A fetch as a request reads it: a header's name parsed once (a lookup by `&str` parses it
+/// again each time), the client address apart (tested as an address, not as text).
+#[derive(Debug)]
+enum CFetch {
+    /// `None`: a name no header can have (the test never finds a value).
+    Header(Option<HeaderName>),
+    ResponseHeader(Option<HeaderName>),
+    /// Read once per head (`Fetched`): rules often test it, and it costs a header lookup,
+    /// a check of the value and the port's removal.
+    Host,
+    Query(String),
+    Cookie(String),
+    Src,
+    /// The single-valued fetches, read by `Subject::value`.
+    Single(Fetch),
+}
+
+impl CFetch {
+    fn new(fetch: &Fetch) -> CFetch {
+        let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).ok();
+        match fetch {
+            Fetch::Header(n) => CFetch::Header(name(n)),
+            Fetch::ResponseHeader(n) => CFetch::ResponseHeader(name(n)),
+            Fetch::Query(n) => CFetch::Query(n.clone()),
+            Fetch::Cookie(n) => CFetch::Cookie(n.clone()),
+            Fetch::Src => CFetch::Src,
+            Fetch::Host => CFetch::Host,
+            single => CFetch::Single(single.clone()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -117,16 +151,41 @@ fn test(t: &Test, patterns: &Patterns) -> Result<CTest, CompileError> {
         Matcher::Count(c) => CMatch::Count(*c),
         Matcher::Int(c) => CMatch::Int(*c),
     };
-    Ok(CTest { fetch: t.fetch.clone(), matcher, ignore_case: ic })
+    Ok(CTest { fetch: CFetch::new(&t.fetch), matcher, ignore_case: ic })
+}
+
+/// What conditions have fetched from one head, for the next conditions on the same head.
+#[derive(Debug, Default)]
+pub(crate) struct Fetched<'a> {
+    host: OnceCell<Option<&'a str>>,
+}
+
+impl<'a> Fetched<'a> {
+    pub(crate) fn host(&self, s: &Subject<'a>) -> Option<&'a str> {
+        *self.host.get_or_init(|| s.req.and_then(|r| r.host()))
+    }
 }
 
 impl Cond {
-    pub(crate) fn holds(&self, s: &Subject<'_>) -> bool {
+    /// The tracked slots the condition reads (a bit each): a refusal on it counts against
+    /// their tables.
+    pub(crate) fn slots_read(&self) -> u8 {
         match self {
-            Cond::All(cs) => cs.iter().all(|c| c.holds(s)),
-            Cond::Any(cs) => cs.iter().any(|c| c.holds(s)),
-            Cond::Not(c) => !c.holds(s),
-            Cond::Test(t) => t.holds(s),
+            Cond::All(cs) | Cond::Any(cs) => cs.iter().fold(0, |bits, c| bits | c.slots_read()),
+            Cond::Not(c) => c.slots_read(),
+            Cond::Test(t) => match t.fetch {
+                CFetch::Single(Fetch::Sc { slot, .. }) => 1 << slot,
+                _ => 0,
+            },
+        }
+    }
+
+    pub(crate) fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
+        match self {
+            Cond::All(cs) => cs.iter().all(|c| c.holds(s, fetched)),
+            Cond::Any(cs) => cs.iter().any(|c| c.holds(s, fetched)),
+            Cond::Not(c) => !c.holds(s, fetched),
+            Cond::Test(t) => t.holds(s, fetched),
         }
     }
 }
@@ -154,10 +213,13 @@ fn compare(c: &Compare, left: i64) -> bool {
 }
 
 impl CTest {
-    fn holds(&self, s: &Subject<'_>) -> bool {
+    // Inlined into `Cond::holds` (which recursion keeps out of line): one call per condition
+    // instead of two.
+    #[inline(always)]
+    fn holds<'a>(&self, s: &Subject<'a>, fetched: &Fetched<'a>) -> bool {
         let ic = self.ignore_case;
         // Addresses are tested as addresses, not as text.
-        if self.fetch == Fetch::Src {
+        if let CFetch::Src = self.fetch {
             let ip = s.facts.client.map(|c| c.ip());
             return match (&self.matcher, ip) {
                 (CMatch::Exists(want), ip) => ip.is_some() == *want,
@@ -166,10 +228,20 @@ impl CTest {
                 _ => false,
             };
         }
+        // A tracked figure is a number: compared as one, without making text of it.
+        if let CFetch::Single(Fetch::Sc { slot, data }) = self.fetch {
+            let value = s.tracked.and_then(|t| t.read(slot, data));
+            match (&self.matcher, value) {
+                (CMatch::Exists(want), v) => return v.is_some() == *want,
+                (CMatch::Int(c), Some(v)) => return compare(c, i64::try_from(v).unwrap_or(i64::MAX)),
+                (CMatch::Int(_), None) => return false,
+                _ => {}
+            }
+        }
         match &self.matcher {
-            CMatch::Exists(want) => (s.count(&self.fetch) > 0) == *want,
-            CMatch::Count(c) => compare(c, s.count(&self.fetch) as i64),
-            m => s.any_value(&self.fetch, |v| match m {
+            CMatch::Exists(want) => s.present(&self.fetch, fetched) == *want,
+            CMatch::Count(c) => compare(c, s.count(&self.fetch, fetched) as i64),
+            m => s.any_value(&self.fetch, fetched, |v| match m {
                 CMatch::Equals(p) => {
                     if ic {
                         v.eq_ignore_ascii_case(p)
@@ -196,33 +268,59 @@ impl CTest {
     }
 }
 
-impl Subject<'_> {
-    /// Calls `test` on each value of `fetch` until one passes.
-    pub(crate) fn any_value(&self, fetch: &Fetch, mut test: impl FnMut(&str) -> bool) -> bool {
+impl<'a> Subject<'a> {
+    /// The values of a header fetch (request or response); `None` for other fetches.
+    fn header_values(&self, fetch: &CFetch) -> Option<GetAll<'a, HeaderValue>> {
         match fetch {
-            Fetch::Header(name) => self
-                .req
-                .is_some_and(|r| r.headers.get_all(name.as_str()).iter().any(|v| v.to_str().is_ok_and(&mut test))),
-            Fetch::ResponseHeader(name) => self
-                .response
-                .is_some_and(|(_, h)| h.get_all(name.as_str()).iter().any(|v| v.to_str().is_ok_and(&mut test))),
-            Fetch::Query(name) => self.query_values(name).any(&mut test),
-            Fetch::Cookie(name) => self.cookie_values(name).any(&mut test),
-            single => self.value(single).is_some_and(|v| test(&v)),
+            CFetch::Header(name) => Some(self.req?.headers.get_all(name.as_ref()?)),
+            CFetch::ResponseHeader(name) => Some(self.response?.1.get_all(name.as_ref()?)),
+            _ => None,
+        }
+    }
+
+    /// Calls `test` on each value of `fetch` until one passes.
+    fn any_value(&self, fetch: &CFetch, fetched: &Fetched<'a>, mut test: impl FnMut(&str) -> bool) -> bool {
+        match fetch {
+            CFetch::Header(_) | CFetch::ResponseHeader(_) => {
+                self.header_values(fetch).is_some_and(|vs| vs.iter().any(|v| v.to_str().is_ok_and(&mut test)))
+            }
+            CFetch::Host => fetched.host(self).is_some_and(test),
+            CFetch::Query(name) => self.query_values(name).any(test),
+            CFetch::Cookie(name) => self.cookie_values(name).any(test),
+            // Tested as an address (`CTest::holds`), never as text.
+            CFetch::Src => false,
+            CFetch::Single(single) => self.value(single).is_some_and(|v| test(&v)),
         }
     }
 
     /// How many values `fetch` has (0 or 1 for single-valued fetches).
-    pub(crate) fn count(&self, fetch: &Fetch) -> usize {
+    fn count(&self, fetch: &CFetch, fetched: &Fetched<'a>) -> usize {
         match fetch {
-            Fetch::Header(name) => self.req.map_or(0, |r| r.headers.get_all(name.as_str()).iter().count()),
-            Fetch::ResponseHeader(name) => self.response.map_or(0, |(_, h)| h.get_all(name.as_str()).iter().count()),
-            Fetch::Query(name) => self.query_values(name).count(),
-            Fetch::Cookie(name) => self.cookie_values(name).count(),
-            single => usize::from(self.value(single).is_some()),
+            CFetch::Header(_) | CFetch::ResponseHeader(_) => {
+                self.header_values(fetch).map_or(0, |vs| vs.iter().count())
+            }
+            CFetch::Host => usize::from(fetched.host(self).is_some()),
+            CFetch::Query(name) => self.query_values(name).count(),
+            CFetch::Cookie(name) => self.cookie_values(name).count(),
+            CFetch::Src => usize::from(self.facts.client.is_some()),
+            CFetch::Single(single) => usize::from(self.value(single).is_some()),
         }
     }
 
+    /// Whether `fetch` has a value: `count() > 0`, stopping at the first.
+    fn present(&self, fetch: &CFetch, fetched: &Fetched<'a>) -> bool {
+        match fetch {
+            CFetch::Header(_) | CFetch::ResponseHeader(_) => {
+                self.header_values(fetch).is_some_and(|vs| vs.iter().next().is_some())
+            }
+            CFetch::Query(name) => self.query_values(name).next().is_some(),
+            CFetch::Cookie(name) => self.cookie_values(name).next().is_some(),
+            _ => self.count(fetch, fetched) > 0,
+        }
+    }
+}
+
+impl Subject<'_> {
     /// The value of a single-valued fetch, or the first value of a multi-valued one.
     pub(crate) fn value<'s>(&'s self, fetch: &'s Fetch) -> Option<Cow<'s, str>> {
         let req = self.req;
@@ -247,12 +345,16 @@ impl Subject<'_> {
             }
             Fetch::Query(name) => self.query_values(name).next().map(Cow::Borrowed),
             Fetch::Cookie(name) => self.cookie_values(name).next().map(Cow::Borrowed),
+            Fetch::Sc { slot, data } => {
+                self.tracked.and_then(|t| t.read(*slot, *data)).map(|v| Cow::Owned(v.to_string()))
+            }
         }
     }
 
     fn query_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
-        let query = self.req.and_then(|r| r.uri.query()).unwrap_or_default();
-        query.split('&').filter_map(move |pair| {
+        // A request without a query (most) splits nothing.
+        let query = self.req.and_then(|r| r.uri.query()).filter(|q| !q.is_empty());
+        query.into_iter().flat_map(|q| q.split('&')).filter_map(move |pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             (k == name && !pair.is_empty()).then_some(v)
         })

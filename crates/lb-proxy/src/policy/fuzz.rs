@@ -64,8 +64,14 @@ fn policy() -> &'static (FrontendPolicy, Patterns) {
         let config = lb_config::Config::parse(CONFIG, "fuzz.yaml").unwrap_or_else(|e| panic!("fuzz policy: {e}"));
         let patterns = Patterns::new(&config.policy);
         let backends = Backends::new(&config);
-        let fe = FrontendPolicy::new(&config.frontends[0], &config.policy, &patterns, &backends)
-            .unwrap_or_else(|e| panic!("fuzz policy: {e}"));
+        let fe = FrontendPolicy::new(
+            &config.frontends[0],
+            &config.policy,
+            &patterns,
+            &backends,
+            &crate::tables::Tables::default(),
+        )
+        .unwrap_or_else(|e| panic!("fuzz policy: {e}"));
         (fe, patterns)
     })
 }
@@ -89,8 +95,9 @@ pub fn fuzz_policy(data: &[u8]) {
     let facts = ConnFacts::from_socket("10.1.2.3:4000".parse().ok());
     let (fe, _) = policy();
     let mut captured = Captured::default();
-    let _ = fe.on_request(&mut parts, &facts, "f", Some("id"), &mut captured);
-    let subject = Subject { req: Some(RequestView::of(&parts)), facts: &facts, frontend: "f", response: None };
+    let _ = fe.on_request(&mut parts, &facts, "f", Some("id"), &mut captured, &mut crate::tables::Tracked::default());
+    let subject =
+        Subject { req: Some(RequestView::of(&parts)), facts: &facts, frontend: "f", response: None, tracked: None };
     let _ = fe.route(&subject);
     if let Some(t) = &template {
         let mut out = String::new();

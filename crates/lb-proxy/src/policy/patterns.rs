@@ -9,6 +9,7 @@
 //! reload, which reads the file, keeps the change: HAProxy loses runtime changes at a reload.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -60,8 +61,51 @@ pub(crate) struct CompiledMap {
 /// costs one hash probe per distinct length (a handful), however many networks there are.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct NetSet {
-    v4: Vec<(u8, HashSet<u32>)>,
-    v6: Vec<(u8, HashSet<u128>)>,
+    v4: Vec<(u8, AddrSet<u32>)>,
+    v6: Vec<(u8, AddrSet<u128>)>,
+}
+
+type AddrSet<T> = HashSet<T, BuildHasherDefault<AddrHasher>>;
+
+/// A hasher for addresses, a few multiplications where SipHash takes rounds per word. Keyless,
+/// which is safe here: the sets hold the configuration's networks, and a client chooses only
+/// what is looked up, which cannot make a probe longer than the operator's own entries make.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = mix(self.0 ^ n);
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.write_u64(n as u64);
+        self.write_u64((n >> 64) as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// SplitMix64's finaliser: every bit of the input moves the high bits (which pick the control
+/// byte) and the low ones (which pick the bucket) alike; masked networks end in zeros.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl NetSet {
@@ -105,13 +149,13 @@ impl NetSet {
     }
 }
 
-fn slot<T>(by_len: &mut Vec<(u8, HashSet<T>)>, prefix: u8) -> &mut HashSet<T> {
+fn slot<T>(by_len: &mut Vec<(u8, AddrSet<T>)>, prefix: u8) -> &mut AddrSet<T> {
     let at = match by_len.iter().position(|(p, _)| *p == prefix) {
         Some(at) => at,
         None => {
-            by_len.push((prefix, HashSet::new()));
+            by_len.push((prefix, AddrSet::default()));
             // Longest prefixes first: host entries, the commonest, are probed first.
-            by_len.sort_by_key(|(p, _)| std::cmp::Reverse(*p));
+            by_len.sort_by_key(|e| std::cmp::Reverse(e.0));
             by_len.iter().position(|(p, _)| *p == prefix).unwrap_or(0)
         }
     };

@@ -51,7 +51,14 @@ fn setup() -> (FrontendPolicy, Patterns) {
     let config = lb_config::Config::parse(CONFIG, "policy.yaml").expect("valid");
     let patterns = Patterns::new(&config.policy);
     let backends = Backends::new(&config);
-    let policy = FrontendPolicy::new(&config.frontends[0], &config.policy, &patterns, &backends).expect("compiles");
+    let policy = FrontendPolicy::new(
+        &config.frontends[0],
+        &config.policy,
+        &patterns,
+        &backends,
+        &crate::tables::Tables::default(),
+    )
+    .expect("compiles");
     (policy, patterns)
 }
 
@@ -69,7 +76,7 @@ fn facts(client: &str) -> ConnFacts {
 
 fn routed(p: &FrontendPolicy, parts: &http::request::Parts) -> String {
     let f = facts("192.0.2.1:5000");
-    let s = Subject { req: Some(RequestView::of(parts)), facts: &f, frontend: "s3", response: None };
+    let s = Subject { req: Some(RequestView::of(parts)), facts: &f, frontend: "s3", response: None, tracked: None };
     p.route(&s).map(|b| b.name().to_owned()).unwrap_or_default()
 }
 
@@ -93,11 +100,14 @@ fn the_object_storage_routing() {
 fn run(p: &FrontendPolicy, parts: &mut http::request::Parts, client: &str) -> (Option<String>, Captured) {
     let f = facts(client);
     let mut captured = Captured::default();
-    let outcome = p.on_request(parts, &f, "s3", None, &mut captured).map(|f| match f {
-        Final::Deny(r) => format!("deny {}", r.status),
-        Final::Return(r) => format!("return {}", r.status),
-        Final::Redirect { code, location } => format!("redirect {code} {location}"),
-    });
+    let outcome =
+        p.on_request(parts, &f, "s3", None, &mut captured, &mut crate::tables::Tracked::default()).map(|f| match f {
+            Final::Deny(r) => format!("deny {}", r.status),
+            Final::Return(r) => format!("return {}", r.status),
+            Final::Redirect { code, location } => format!("redirect {code} {location}"),
+            Final::Tarpit(t) => format!("tarpit {}", t.reply.status),
+            Final::LimitReq { retry_after_ms } => format!("limit_req {retry_after_ms}"),
+        });
     (outcome, captured)
 }
 
@@ -152,4 +162,42 @@ fn list_changes_apply_at_once() {
     list.replace(entries).expect("inline list: nothing to write");
     let mut req = request("GET", "/x", &[("user-agent", "python-requests/2")]);
     assert_eq!(run(&p, &mut req, "192.0.2.1:1").0.as_deref(), Some("deny 403"));
+}
+
+/// A rule reads the head as the rules before it left it, though conditions on one head share
+/// what they fetch (the host): a rewrite of Host is seen by the next rule and by routing; and
+/// `set_header` replaces every value a header had.
+#[test]
+fn rules_after_a_rewrite_see_the_new_head() {
+    let config = lb_config::Config::parse(
+        r#"
+frontends:
+  - name: fe
+    bind: [127.0.0.1:8080]
+    http_request:
+      - set_header: { name: X-Seen, value: before }
+        if: { host: old.example.com }
+      - set_header: { name: Host, value: new.example.com }
+        if: { host: old.example.com }
+      - deny: { status: 403 }
+        if: { host: old.example.com }
+      - set_header: { name: X-Seen, value: after }
+        if: { host: new.example.com }
+    rules:
+      - { host: new.example.com, backend: new }
+      - { host: old.example.com, backend: old }
+backends:
+  - { name: old, servers: [{ name: o1, address: 127.0.0.1:1 }] }
+  - { name: new, servers: [{ name: n1, address: 127.0.0.1:2 }] }
+"#,
+        "policy.yaml",
+    )
+    .expect("valid");
+    let patterns = Patterns::new(&config.policy);
+    let backends = Backends::new(&config);
+    let p = FrontendPolicy::new(&config.frontends[0], &config.policy, &patterns, &backends).expect("compiles");
+    let mut parts = request("GET", "/x", &[("host", "old.example.com:8080"), ("x-seen", "a"), ("x-seen", "b")]);
+    assert_eq!(run(&p, &mut parts, "192.0.2.1:1").0, None);
+    assert_eq!(parts.headers.get_all("x-seen").iter().collect::<Vec<_>>(), ["after"]);
+    assert_eq!(routed(&p, &parts), "new");
 }

@@ -38,10 +38,11 @@ impl FuzzRuntime {
         let backends = Backends::new(config);
         let max = config.global.max_connections;
         let patterns = Arc::new(crate::policy::Patterns::new(&config.policy));
+        let tables = crate::tables::Tables::new(&config.tables);
         let frontends = config
             .frontends
             .iter()
-            .map(|fe| FrontendState::new(fe, &backends, max, &config.policy, &patterns).map(Arc::new))
+            .map(|fe| FrontendState::new(fe, &backends, max, &config.policy, &patterns, &tables).map(Arc::new))
             .collect::<Result<_, _>>()
             .map_err(std::io::Error::other)?;
         let (handle, shutdown) = lb_supervisor::shutdown_channel();
@@ -57,6 +58,7 @@ impl FuzzRuntime {
             patterns,
             counters: Counters::default(),
             frontends,
+            tables,
             threads: 1,
             started: std::time::Instant::now(),
             started_at: std::time::SystemTime::now(),

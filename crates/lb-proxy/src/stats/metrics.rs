@@ -212,6 +212,7 @@ pub(crate) fn render(proxy: &Proxy, procs: Option<&ProcTable>) -> String {
     backends(&mut out, proxy);
     servers(&mut out, proxy);
     rules(&mut out, proxy);
+    tables(&mut out, proxy);
     out
 }
 
@@ -234,6 +235,52 @@ fn rules(out: &mut String, proxy: &Proxy) {
         (vec![("proxy", fe.as_str()), ("rules", *kind), ("index", index.as_str()), ("action", *action)], *n)
     });
     family(out, "lb_proxy_rule_hits_total", "counter", "Requests or responses a rule applied to.", samples);
+}
+
+/// The limit tables: entries, size, evictions, keys refused on a full table, denials by reason.
+fn tables(out: &mut String, proxy: &Proxy) {
+    let all: Vec<_> = proxy.tables.iter().collect();
+    if all.is_empty() {
+        return;
+    }
+    let each = |f: &dyn Fn(&crate::tables::Table) -> u64| {
+        all.iter().map(|t| (vec![("table", t.name())], f(t))).collect::<Vec<_>>()
+    };
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    family(out, "lb_proxy_table_entries", "gauge", "Entries in a limit table.", each(&|t| t.used() as u64));
+    family(
+        out,
+        "lb_proxy_table_size",
+        "gauge",
+        "A limit table's size (entries at most).",
+        each(&|t| t.config.size as u64),
+    );
+    family(
+        out,
+        "lb_proxy_table_evictions_total",
+        "counter",
+        "Entries evicted to make room (least recently used first).",
+        each(&|t| t.evictions.load(relaxed)),
+    );
+    family(
+        out,
+        "lb_proxy_table_full_total",
+        "counter",
+        "Keys not tracked: the table had no entry it could give up (all in use).",
+        each(&|t| t.full.load(relaxed)),
+    );
+    let denials = all.iter().flat_map(|t| {
+        crate::tables::Reason::ALL
+            .into_iter()
+            .map(move |r| (vec![("table", t.name()), ("reason", r.label())], t.denials[r as usize].load(relaxed)))
+    });
+    family(
+        out,
+        "lb_proxy_table_denials_total",
+        "counter",
+        "Requests and connections refused on a limit table's figures, by reason.",
+        denials,
+    );
 }
 
 fn process(out: &mut String, proxy: &Proxy, procs: Option<&ProcTable>) {

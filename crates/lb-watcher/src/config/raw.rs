@@ -21,6 +21,7 @@ pub(crate) struct RawZookeeper {
     pub(crate) session_timeout: Option<String>,
     pub(crate) chroot: Option<String>,
     pub(crate) retry_max: Option<String>,
+    pub(crate) audit_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

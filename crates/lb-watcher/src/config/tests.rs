@@ -39,6 +39,9 @@ fn a_good_file() -> Result<(), Error> {
     let c = Config::parse(GOOD, "w.yaml")?;
     assert_eq!(c.zookeeper.connect_string(), "127.0.0.1:2181,zk2:2181/lb");
     assert_eq!(c.zookeeper.session_timeout, Duration::from_secs(6));
+    assert_eq!(c.zookeeper.audit_interval, Duration::from_secs(600), "the audit's default");
+    let audited = Config::parse(&GOOD.replace("  chroot: /lb\n", "  chroot: /lb\n  audit_interval: 30m\n"), "w.yaml")?;
+    assert_eq!(audited.zookeeper.audit_interval, Duration::from_secs(1800));
     assert_eq!(c.services[0].path, "/com/example/us-east/api");
     assert_eq!(c.services[0].port, Some(81));
     assert_eq!(c.services[0].slowstart, Some(Duration::from_secs(10)));

@@ -11,7 +11,8 @@ use crate::policy::{
     ResponseAction, ResponseRule, RouteTarget,
 };
 
-const REQUEST_ACTIONS: &str = "deny, return, redirect, allow, set_header, add_header, del_header, set_path, capture";
+const REQUEST_ACTIONS: &str =
+    "deny, return, redirect, allow, set_header, add_header, del_header, set_path, capture, track, tarpit, set_gpt, inc_gpc";
 const RESPONSE_ACTIONS: &str = "deny, set_header, add_header, del_header, capture";
 
 /// Captures cut values at this many bytes at most (HAProxy's own limit is 64 KiB; a log line
@@ -54,6 +55,10 @@ pub(in crate::validate) fn request_rules(
             "del_header" => header_name(ctx, &field, arg).map(RequestAction::DelHeader),
             "set_path" => set_path(ctx, &field, arg).map(RequestAction::SetPath),
             "capture" => capture(ctx, &field, arg).map(RequestAction::Capture),
+            "track" => super::limits::track(ctx, &field, arg).map(RequestAction::Track),
+            "tarpit" => super::limits::tarpit(ctx, &field, arg).map(RequestAction::Tarpit),
+            "set_gpt" => super::limits::mark(ctx, &field, arg, true).map(RequestAction::SetGpt),
+            "inc_gpc" => super::limits::mark(ctx, &field, arg, false).map(RequestAction::IncGpc),
             other => {
                 ctx.error(&at, format!("unknown action `{other}`: expected one of {REQUEST_ACTIONS}"));
                 None
@@ -99,7 +104,7 @@ pub(in crate::validate) fn response_rules(
 }
 
 /// A rule's one action key and its argument, and its `if`/`unless`.
-fn split_rule<'v>(
+pub(super) fn split_rule<'v>(
     ctx: &mut Checker<'_>,
     at: &str,
     value: &'v Value,
@@ -124,7 +129,13 @@ fn split_rule<'v>(
 }
 
 /// `deny` / `return`: `{ status, content_type, body | file, headers }`; `deny` may be bare.
-fn reply(ctx: &mut Checker<'_>, field: &str, arg: &Value, default_status: u16, bare_ok: bool) -> Option<Reply> {
+pub(super) fn reply(
+    ctx: &mut Checker<'_>,
+    field: &str,
+    arg: &Value,
+    default_status: u16,
+    bare_ok: bool,
+) -> Option<Reply> {
     let empty = Mapping::new();
     let map = match arg {
         Value::Mapping(map) => map,
@@ -333,7 +344,7 @@ pub(in crate::validate) fn route_target(
 }
 
 /// A fetch alone: `host`, `path`, or `{ header: NAME }` for those that take a name.
-fn fetch_spec(ctx: &mut Checker<'_>, field: &str, value: Option<&Value>) -> Option<Fetch> {
+pub(super) fn fetch_spec(ctx: &mut Checker<'_>, field: &str, value: Option<&Value>) -> Option<Fetch> {
     let (key, name) = match value {
         Some(Value::String(key)) => (key.as_str(), None),
         Some(Value::Mapping(map)) if map.len() == 1 => {

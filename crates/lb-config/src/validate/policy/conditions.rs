@@ -8,7 +8,7 @@ use crate::locate::{child, item};
 use crate::policy::{Cidr, CmpOp, Compare, Condition, Fetch, ListKind, Matcher, Pattern, Test};
 
 const FETCHES: &str = "method, path, uri, query, host, header, cookie, src, src_port, frontend, sni, alpn, \
-                       tls_version, tls_cipher, status, response_header";
+                       tls_version, tls_cipher, status, response_header, sc0, sc1, sc2";
 
 /// A condition at `path`; `None` (reported) when it is not one.
 pub(in crate::validate) fn condition(
@@ -141,6 +141,14 @@ fn test(
     }
     if needs_name && name.is_none() {
         ctx.error(path, format!("`{key}` needs a `name` (which {key} to test)"));
+        return None;
+    }
+    if key.starts_with("sc") && name.as_deref().and_then(crate::table::DataType::parse).is_none() {
+        let name = name.unwrap_or_default();
+        ctx.error(
+            &child(path, "name"),
+            format!("`{name}` is not a data type a table stores (http_req_rate, conn_cur, gpc0, …)"),
+        );
         return None;
     }
     let fetch = Fetch::from_key(key, name)?;

@@ -272,7 +272,7 @@ async fn a_public_api_edge() {
     // The capture block in the httplog line, as halog reads it.
     let line = proxy.wait_for_log(|l| l.contains("{curl-policy-test")).await;
     assert!(line.contains(" {curl-policy-test} \"GET /echo HTTP/1.1\""), "{line}");
-    assert_eq!(lb_testkit::log::halog(&["-hdr", "1:1"], &[line.clone()]).trim(), "curl-policy-test");
+    assert_eq!(lb_testkit::log::halog(&["-hdr", "1:1"], std::slice::from_ref(&line)).trim(), "curl-policy-test");
     // And as haproxy-log-analysis reads it (PyPI; scripts/install-deps test installs it).
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/pyenv/bin/python");
     let script = "import sys\nfrom haproxy.line import parse_line\nl = parse_line(sys.stdin.read().strip())\n\

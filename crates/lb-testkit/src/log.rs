@@ -190,6 +190,25 @@ pub fn parse_all_http(lines: &[String]) -> Vec<HttpLogLine> {
     lines.iter().map(|l| HttpLogLine::parse(l).unwrap_or_else(|| panic!("not a strict httplog line: {l:?}"))).collect()
 }
 
+/// `halog ARGS…` (Debian's haproxy package) on these lines: its standard output.
+pub fn halog(args: &[&str], lines: &[String]) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("halog")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("halog (Debian's haproxy package)");
+    let mut input = child.stdin.take().expect("stdin");
+    for line in lines {
+        writeln!(input, "{line}").expect("to halog");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("halog");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,23 +237,4 @@ mod tests {
         assert!(HttpLogLine::parse_syslog(syslog).is_some());
         assert!(HttpLogLine::parse(syslog).is_none());
     }
-}
-
-/// `halog ARGS…` (Debian's haproxy package) on these lines: its standard output.
-pub fn halog(args: &[&str], lines: &[String]) -> String {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new("halog")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("halog (Debian's haproxy package)");
-    let mut input = child.stdin.take().expect("stdin");
-    for line in lines {
-        writeln!(input, "{line}").expect("to halog");
-    }
-    drop(input);
-    let out = child.wait_with_output().expect("halog");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

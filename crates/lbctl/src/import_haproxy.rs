@@ -217,7 +217,13 @@ pub(crate) fn translate(text: &str, options: &Options, env: &dyn Fn(&str) -> Opt
             })
             .collect(),
     });
-    let config = Config { global, frontends: proxies.frontends, backends: proxies.backends, policy: shared.policy };
+    let config = Config {
+        global,
+        frontends: proxies.frontends,
+        backends: proxies.backends,
+        policy: shared.policy,
+        tables: Vec::new(),
+    };
     Translation { config, tls, report }
 }
 

@@ -195,8 +195,14 @@ backends:
     .expect("valid");
     let patterns = Patterns::new(&config.policy);
     let backends = Backends::new(&config);
-    let p = FrontendPolicy::new(&config.frontends[0], &config.policy, &patterns, &backends, &crate::tables::Tables::default())
-        .expect("compiles");
+    let p = FrontendPolicy::new(
+        &config.frontends[0],
+        &config.policy,
+        &patterns,
+        &backends,
+        &crate::tables::Tables::default(),
+    )
+    .expect("compiles");
     let mut parts = request("GET", "/x", &[("host", "old.example.com:8080"), ("x-seen", "a"), ("x-seen", "b")]);
     assert_eq!(run(&p, &mut parts, "192.0.2.1:1").0, None);
     assert_eq!(parts.headers.get_all("x-seen").iter().collect::<Vec<_>>(), ["after"]);

@@ -41,7 +41,7 @@ impl Daemon for ProxyDaemon {
                     user: b.user.clone().or_else(|| supervision.user.clone()),
                     group: b.group.clone().or_else(|| supervision.group.clone()),
                 }),
-                ListenAddr::Tcp(_) => None,
+                ListenAddr::Tcp(_) | ListenAddr::Udp(_) => None,
             })
             .collect();
         (config.listen_addrs(), unix_access)

@@ -156,7 +156,9 @@ impl ConnCtx {
 }
 
 /// Serves one client connection in HTTP mode: HTTP/2 when lb-tls negotiated `h2` (the PROXY
-/// header's ALPN) or a plain connection opens with HTTP/2's preface, else HTTP/1.x.
+/// header's ALPN), or `h3` (lb-tls carries each HTTP/3 request as an HTTP/2 stream on the hop;
+/// the logs and `ssl_fc_alpn` still say `h3`), or a plain connection opens with HTTP/2's
+/// preface, else HTTP/1.x.
 pub(crate) async fn serve(
     proxy: &Arc<Proxy>,
     fe: &Arc<FrontendState>,
@@ -168,7 +170,7 @@ pub(crate) async fn serve(
     let mut first = BytesMut::new();
     let http2 = fe.config.http2.enabled
         && match facts.alpn.as_deref() {
-            Some(alpn) => alpn == "h2",
+            Some(alpn) => alpn == "h2" || alpn == "h3",
             // Through TLS without ALPN: HTTP/1.1 (RFC 9113 §3.3).
             None if facts.tls.is_some() => false,
             None => match tokio::time::timeout(fe.config.timeouts.http_request, sniff(&mut stream, &mut first)).await {

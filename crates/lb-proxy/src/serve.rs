@@ -139,7 +139,7 @@ pub async fn start_supervised(
                 .ok_or_else(|| Error::MissingListener { frontend: "stats".into(), address: address.clone() })?;
             let tcp = match listener {
                 Listener::Tcp(tcp) => tcp.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(tcp)),
-                Listener::Unix(_) => Err(std::io::Error::other("not a TCP socket")),
+                Listener::Unix(_) | Listener::Udp(_) => Err(std::io::Error::other("not a TCP socket")),
             };
             Some((tcp.map_err(|source| Error::Listener { address, source })?, stats.clone()))
         }

@@ -48,6 +48,9 @@ impl AsyncListener {
                 l.set_nonblocking(true)?;
                 Socket::Unix(tokio::net::UnixListener::from_std(l)?)
             }
+            Listener::Udp(_) => {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "a UDP socket accepts no connections"))
+            }
         };
         Ok(AsyncListener { socket, port: None })
     }

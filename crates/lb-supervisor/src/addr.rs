@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 pub enum ListenAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
+    /// A UDP socket (QUIC), bound by the master and handed over like the others.
+    Udp(SocketAddr),
 }
 
 impl fmt::Display for ListenAddr {
@@ -20,11 +22,13 @@ impl fmt::Display for ListenAddr {
         match self {
             ListenAddr::Tcp(a) => write!(f, "{a}"),
             ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            ListenAddr::Udp(a) => write!(f, "udp:{a}"),
         }
     }
 }
 
-/// The exact form [`Display`](fmt::Display) writes: `IP:port`, `[IPv6]:port` or `unix:/path`.
+/// The exact form [`Display`](fmt::Display) writes: `IP:port`, `[IPv6]:port`, `unix:/path` or
+/// `udp:IP:port`.
 /// (Configurations accept friendlier forms; they parse them themselves.)
 impl FromStr for ListenAddr {
     type Err = String;
@@ -35,6 +39,9 @@ impl FromStr for ListenAddr {
                 return Err("unix: needs a path".to_owned());
             }
             return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        if let Some(udp) = s.strip_prefix("udp:") {
+            return udp.parse().map(ListenAddr::Udp).map_err(|_| format!("not a UDP address: {s:?}"));
         }
         s.parse().map(ListenAddr::Tcp).map_err(|_| format!("not a listening address: {s:?}"))
     }
@@ -59,11 +66,12 @@ mod tests {
 
     #[test]
     fn display_and_parse_agree() {
-        for text in ["127.0.0.1:80", "[::1]:8443", "unix:/var/run/lb/in.sock"] {
+        for text in ["127.0.0.1:80", "[::1]:8443", "unix:/var/run/lb/in.sock", "udp:0.0.0.0:443", "udp:[::]:443"] {
             let addr: ListenAddr = text.parse().unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(addr.to_string(), text);
         }
         assert!("unix:".parse::<ListenAddr>().is_err());
+        assert!("udp:example.com:443".parse::<ListenAddr>().is_err());
         assert!("example.com:80".parse::<ListenAddr>().is_err());
     }
 }

@@ -23,6 +23,8 @@ const BACKLOG: i32 = 4096;
 pub enum Listener {
     Tcp(std::net::TcpListener),
     Unix(std::os::unix::net::UnixListener),
+    /// An unconnected UDP socket (QUIC's frontend); it has no `accept`, its daemon reads it.
+    Udp(std::net::UdpSocket),
 }
 
 /// Every listening socket a serving process uses, each named by its address.
@@ -58,6 +60,7 @@ impl Listeners {
         self.sockets.iter().find(|(a, _)| a == address).and_then(|(_, l)| match l {
             Listener::Tcp(t) => t.local_addr().ok(),
             Listener::Unix(_) => None,
+            Listener::Udp(u) => u.local_addr().ok(),
         })
     }
 
@@ -90,21 +93,18 @@ pub fn bind_all(addresses: &[ListenAddr]) -> Result<Listeners, crate::Error> {
 }
 
 /// Bind one address: TCP with `SO_REUSEADDR` (and v6-only for IPv6, so `[::]` and `0.0.0.0` can
-/// both be bound), or a Unix socket path (a stale socket file left by a dead process is replaced;
-/// a live one is an error).
+/// both be bound), a Unix socket path (a stale socket file left by a dead process is replaced;
+/// a live one is an error), or UDP, also with `SO_REUSEADDR`: a QUIC worker binds one connected
+/// socket per connection to the same address, which the kernel prefers over this one for that
+/// client's datagrams, so a connection stays with the worker that owns it across reloads.
 pub fn bind_one(address: &ListenAddr) -> io::Result<Listener> {
     match address {
         ListenAddr::Tcp(addr) => {
-            let socket = Socket::new(Domain::for_address(*addr), Type::STREAM, Some(Protocol::TCP))?;
-            socket.set_reuse_address(true)?;
-            if addr.is_ipv6() {
-                socket.set_only_v6(true)?;
-            }
-            socket.bind(&(*addr).into())?;
+            let socket = bind_inet(*addr, Type::STREAM, Protocol::TCP)?;
             socket.listen(BACKLOG)?;
-            socket.set_nonblocking(true)?;
             Ok(Listener::Tcp(socket.into()))
         }
+        ListenAddr::Udp(addr) => Ok(Listener::Udp(bind_inet(*addr, Type::DGRAM, Protocol::UDP)?.into())),
         ListenAddr::Unix(path) => {
             remove_stale_socket(path)?;
             let listener = std::os::unix::net::UnixListener::bind(path)?;
@@ -112,6 +112,18 @@ pub fn bind_one(address: &ListenAddr) -> io::Result<Listener> {
             Ok(Listener::Unix(listener))
         }
     }
+}
+
+/// A non-blocking socket bound to `addr` with `SO_REUSEADDR`, v6-only for IPv6.
+fn bind_inet(addr: SocketAddr, kind: Type, protocol: Protocol) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
 }
 
 fn remove_stale_socket(path: &Path) -> io::Result<()> {
@@ -131,6 +143,7 @@ impl Listener {
         match self {
             Listener::Tcp(l) => l.into(),
             Listener::Unix(l) => l.into(),
+            Listener::Udp(u) => u.into(),
         }
     }
 
@@ -142,16 +155,14 @@ impl Listener {
         let listening = is_listening(&socket)?;
         let listener = match address {
             ListenAddr::Tcp(want) if listening && domain == Domain::for_address(*want) => {
-                let got = socket.local_addr()?.as_socket();
-                if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("socket is bound to {got:?}, not {want}"),
-                    ));
-                }
+                bound_to(&socket, want)?;
                 Listener::Tcp(socket.into())
             }
             ListenAddr::Unix(_) if listening && domain == Domain::UNIX => Listener::Unix(socket.into()),
+            ListenAddr::Udp(want) if socket.r#type()? == Type::DGRAM && domain == Domain::for_address(*want) => {
+                bound_to(&socket, want)?;
+                Listener::Udp(socket.into())
+            }
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -167,6 +178,7 @@ impl Listener {
         Ok(match self {
             Listener::Tcp(l) => Listener::Tcp(l.try_clone()?),
             Listener::Unix(l) => Listener::Unix(l.try_clone()?),
+            Listener::Udp(u) => Listener::Udp(u.try_clone()?),
         })
     }
 }
@@ -176,8 +188,18 @@ impl AsFd for Listener {
         match self {
             Listener::Tcp(l) => l.as_fd(),
             Listener::Unix(l) => l.as_fd(),
+            Listener::Udp(u) => u.as_fd(),
         }
     }
+}
+
+/// An error unless `socket` is bound to `want` (any port when `want`'s is 0).
+fn bound_to(socket: &Socket, want: &SocketAddr) -> io::Result<()> {
+    let got = socket.local_addr()?.as_socket();
+    if got.is_some_and(|got| got.ip() != want.ip() || (want.port() != 0 && got.port() != want.port())) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("socket is bound to {got:?}, not {want}")));
+    }
+    Ok(())
 }
 
 /// Whether a socket listens (SO_ACCEPTCONN). Where the option cannot be read portably, the
@@ -190,4 +212,22 @@ fn is_listening(socket: &Socket) -> io::Result<bool> {
 #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
 fn is_listening(_socket: &Socket) -> io::Result<bool> {
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_udp_socket_passes_by_fd_and_is_checked() {
+        let address = ListenAddr::Udp(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let bound = bind_one(&address).expect("bind");
+        let Listener::Udp(socket) = bound.try_clone().expect("clone") else { panic!("not UDP") };
+        let port = socket.local_addr().expect("local address").port();
+        let received = Listener::from_fd(&address, bound.into_fd()).expect("a UDP socket for a UDP address");
+        assert!(matches!(received, Listener::Udp(_)));
+        // The same port number over TCP is not this socket.
+        let tcp = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], port)));
+        assert!(Listener::from_fd(&tcp, received.into_fd()).is_err());
+    }
 }

@@ -181,7 +181,7 @@ impl ProxyProcess {
         let mut unix_paths = Vec::new();
         for address in config.listen_addrs() {
             match address {
-                ListenAddr::Tcp(a) => tcp_ports.push(a.port()),
+                ListenAddr::Tcp(a) | ListenAddr::Udp(a) => tcp_ports.push(a.port()),
                 ListenAddr::Unix(p) => unix_paths.push(p),
             }
         }

@@ -164,6 +164,8 @@ pub struct Frontend {
     pub proxy_proxy: bool,
     pub tls: TlsSettings,
     pub(crate) acceptor: Arc<Acceptor>,
+    /// QUIC's TLS, on a UDP frontend (`bind: "udp:…"`).
+    pub(crate) quic: Option<Arc<crate::quic::QuicTls>>,
 }
 
 impl Config {

@@ -170,7 +170,10 @@ impl AckNow for UnixStream {
 }
 
 /// A backend connection within `timeout`, or why there is none, as the failure log says it.
-async fn connect_within<S>(timeout: Duration, connect: impl Future<Output = std::io::Result<S>>) -> Result<S, String> {
+pub(crate) async fn connect_within<S>(
+    timeout: Duration,
+    connect: impl Future<Output = std::io::Result<S>>,
+) -> Result<S, String> {
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(stream)) => Ok(stream),
         Ok(Err(e)) => Err(format!("refused the connection ({e})")),

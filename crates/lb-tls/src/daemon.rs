@@ -49,7 +49,7 @@ impl Daemon for TlsDaemon {
                     user: supervision.user.clone(),
                     group: supervision.group.clone(),
                 }),
-                ListenAddr::Tcp(_) => None,
+                ListenAddr::Tcp(_) | ListenAddr::Udp(_) => None,
             })
             .collect();
         (config.listen_addrs(), unix_access)

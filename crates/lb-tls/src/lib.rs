@@ -3,7 +3,8 @@
 //! certificates, ALPN; the library beneath is AWS-LC by default, OpenSSL by a Cargo feature)
 //! and forwards the plaintext to lb-proxy over localhost, behind a PROXY v2 header that
 //! carries the client address and the TLS facts. It does what hitch does, and reloads the way
-//! lb-proxy does.
+//! lb-proxy does. On a `udp:` frontend it ends QUIC and serves HTTP/3 (quinn, h3, rustls on
+//! AWS-LC), forwarding each QUIC connection as HTTP/2 behind the same header with ALPN `h3`.
 //!
 //! The binary `lb-tls` is lb-supervisor's master and workers ([`TlsDaemon`]): the master binds
 //! the frontend sockets and passes them by fd to each worker, which serves them with [`start`].
@@ -29,6 +30,8 @@
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
 //! - `copy`: both directions of a connection, with a buffer only while bytes wait.
+//! - `quic`: HTTP/3 on a UDP frontend (quinn, h3, rustls on AWS-LC), each QUIC connection
+//!   forwarded as HTTP/2 over one hop connection behind a PROXY v2 header with ALPN `h3`.
 //! - `counted`: the backend stream that counts bytes each way.
 //! - `stream`: the client's TLS stream under tokio (the openssl crate's, polled with the
 //!   task's waker), and the flush of the session ticket after a handshake.
@@ -57,6 +60,7 @@ mod ffi;
 mod library;
 mod metrics;
 mod proxy_header;
+mod quic;
 mod ratelog;
 mod runtime;
 mod serve;
@@ -76,4 +80,6 @@ pub use daemon::TlsDaemon;
 pub use error::Error;
 pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, ShutdownHandle};
 pub use library::tls_library;
+/// The UDP datagram entry point of an HTTP/3 frontend under arbitrary input (fuzz/).
+pub use quic::fuzz::datagrams as fuzz_quic_datagrams;
 pub use serve::{run, start, Server};

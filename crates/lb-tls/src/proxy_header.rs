@@ -33,6 +33,49 @@ pub(crate) fn v1(client: Option<SocketAddr>, local: Option<SocketAddr>) -> Vec<u
 
 /// A v2 header for a terminated TLS connection.
 pub(crate) fn v2(client: Option<SocketAddr>, local: Option<SocketAddr>, ssl: &SslRef) -> Vec<u8> {
+    let mut out = v2_addresses(client, local);
+    if let Some(alpn) = ssl.selected_alpn_protocol() {
+        tlv(&mut out, PP2_TYPE_ALPN, alpn);
+    }
+    if let Some(sni) = ssl.servername_raw(openssl::ssl::NameType::HOST_NAME) {
+        tlv(&mut out, PP2_TYPE_AUTHORITY, sni);
+    }
+    ssl_tlv(&mut out, ssl);
+    v2_finish(out)
+}
+
+/// What a QUIC connection's header says of its TLS: always TLS 1.3, ALPN `h3`, no client
+/// certificate.
+#[derive(Debug)]
+pub(crate) struct QuicFacts<'a> {
+    pub(crate) sni: Option<&'a str>,
+    pub(crate) cipher: Option<&'a str>,
+}
+
+/// A v2 header for a QUIC connection, with the TLVs a TLS connection's has (ALPN `h3`).
+pub(crate) fn v2_quic(client: SocketAddr, local: Option<SocketAddr>, facts: &QuicFacts<'_>) -> Vec<u8> {
+    let mut out = v2_addresses(Some(client), local);
+    tlv(&mut out, PP2_TYPE_ALPN, b"h3");
+    if let Some(sni) = facts.sni {
+        tlv(&mut out, PP2_TYPE_AUTHORITY, sni.as_bytes());
+    }
+    out.push(PP2_TYPE_SSL);
+    let len_at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    out.push(PP2_CLIENT_SSL);
+    // Non-zero: no client certificate verified.
+    out.extend_from_slice(&1u32.to_be_bytes());
+    tlv(&mut out, PP2_SUBTYPE_SSL_VERSION, b"TLSv1.3");
+    if let Some(cipher) = facts.cipher {
+        tlv(&mut out, PP2_SUBTYPE_SSL_CIPHER, cipher.as_bytes());
+    }
+    let len = (out.len() - len_at - 2) as u16;
+    out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
+    v2_finish(out)
+}
+
+/// The signature, command and addresses; the length is set by [`v2_finish`].
+fn v2_addresses(client: Option<SocketAddr>, local: Option<SocketAddr>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(V2_SIGNATURE);
     out.push(0x21); // version 2, PROXY
@@ -54,13 +97,10 @@ pub(crate) fn v2(client: Option<SocketAddr>, local: Option<SocketAddr>, ssl: &Ss
         // A Unix-socket client: no addresses, the TLVs still tell the TLS facts.
         _ => out.extend_from_slice(&[0x00, 0, 0]),
     }
-    if let Some(alpn) = ssl.selected_alpn_protocol() {
-        tlv(&mut out, PP2_TYPE_ALPN, alpn);
-    }
-    if let Some(sni) = ssl.servername_raw(openssl::ssl::NameType::HOST_NAME) {
-        tlv(&mut out, PP2_TYPE_AUTHORITY, sni);
-    }
-    ssl_tlv(&mut out, ssl);
+    out
+}
+
+fn v2_finish(mut out: Vec<u8>) -> Vec<u8> {
     let len = (out.len() - 16) as u16;
     out[14..16].copy_from_slice(&len.to_be_bytes());
     out

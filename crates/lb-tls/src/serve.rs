@@ -25,7 +25,7 @@ pub(crate) struct Shared {
     pub(crate) backend_log: RateLimited,
     pub(crate) stats: Arc<Stats>,
     conns: AtomicUsize,
-    limit: Arc<Semaphore>,
+    pub(crate) limit: Arc<Semaphore>,
 }
 
 /// A started terminator.
@@ -66,6 +66,15 @@ pub(crate) struct Admission {
     _permit: OwnedSemaphorePermit,
 }
 
+impl Admission {
+    /// A connection of `frontend` admitted with `permit`: counted open until dropped.
+    pub(crate) fn new(shared: Arc<Shared>, frontend: usize, permit: OwnedSemaphorePermit) -> Admission {
+        shared.conns.fetch_add(1, Ordering::Relaxed);
+        shared.stats.frontend(frontend).opened();
+        Admission { shared, frontend, _permit: permit }
+    }
+}
+
 impl Drop for Admission {
     fn drop(&mut self) {
         self.shared.conns.fetch_sub(1, Ordering::Relaxed);
@@ -97,9 +106,17 @@ pub async fn run(listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) 
 /// socket in `listeners`.
 pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Config>) -> Result<Server, Error> {
     let mut sockets = Vec::new();
+    let mut endpoints = Vec::new();
     for (index, fe) in config.frontends.iter().enumerate() {
         let listener = listeners.take(&fe.bind).ok_or_else(|| Error::MissingListener { address: fe.bind.clone() })?;
         let listener_error = |source| Error::Listener { address: fe.bind.clone(), source };
+        let listener = match (listener, &fe.quic) {
+            (Listener::Udp(socket), Some(quic)) => {
+                endpoints.push((index, crate::quic::endpoint(socket, quic).map_err(listener_error)?));
+                continue;
+            }
+            (listener, _) => listener,
+        };
         if let (Some(backlog), Listener::Tcp(l)) = (config.global.backlog, &listener) {
             // listen() again on a listening socket only changes its backlog.
             socket2::SockRef::from(l).listen(backlog).map_err(listener_error)?;
@@ -132,6 +149,9 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
             tokio::spawn(accept_loop(shared.clone(), index, listener, shutdown.clone(), tracker.clone()))
         })
         .collect();
+    loops.extend(endpoints.into_iter().map(|(index, endpoint)| {
+        tokio::spawn(crate::quic::accept_loop(shared.clone(), index, endpoint, shutdown.clone(), tracker.clone()))
+    }));
     if let Some(listener) = metrics {
         let process = process(&shared.config);
         loops.push(tokio::spawn(crate::metrics::serve(listener, stats, process, shutdown.clone(), tracker.clone())));
@@ -161,9 +181,7 @@ async fn accept_loop(
         };
         match accepted {
             Ok(client) => {
-                shared.conns.fetch_add(1, Ordering::Relaxed);
-                shared.stats.frontend(frontend).opened();
-                let admission = Admission { shared: shared.clone(), frontend, _permit: permit };
+                let admission = Admission::new(shared.clone(), frontend, permit);
                 tracker.spawn(conn::handle(admission, shared.clone(), frontend, client, shutdown.clone()));
             }
             Err(e) => {

@@ -119,3 +119,25 @@ fn a_missing_control_socket_does_not_hide_the_other_global_problems() {
     assert!(e.iter().any(|l| l.contains("global.worker_threads: must be between 1 and 1024")), "{e:?}");
     assert!(e.iter().any(|l| l.contains("global.user: `a b` must not contain spaces")), "{e:?}");
 }
+
+#[test]
+fn a_udp_frontend_is_located_where_quic_cannot_follow() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\n\
+         frontends:\n  - bind: \"udp:127.0.0.1:2\"\n    proxy_proxy: true\n    tls: { protocols: [ TLSv1.2 ] }\n\
+         \x20 - bind: \"udp:example.test:443\"\n  - bind: \"127.0.0.1:2\"\n",
+    );
+    assert!(
+        e.iter().any(
+            |l| l.starts_with("t.yaml:6:18: frontends[0].proxy_proxy: a UDP (QUIC) frontend reads no PROXY header")
+        ),
+        "{e:?}"
+    );
+    assert!(e.iter().any(|l| l.contains("frontends[0]: a UDP (QUIC) frontend needs TLSv1.3")), "{e:?}");
+    assert!(
+        e.iter().any(|l| l.starts_with("t.yaml:8:11: frontends[1].bind: `udp:example.test:443`: expected udp:IP:port")),
+        "{e:?}"
+    );
+    // The same port number over TCP is another address.
+    assert!(!e.iter().any(|l| l.contains("bound by an earlier frontend")), "{e:?}");
+}

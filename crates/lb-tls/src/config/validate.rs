@@ -95,7 +95,21 @@ pub(super) fn validate(
     let mut built = Vec::new();
     for (i, (bind, (proxy_proxy, tls, fields))) in frontends.into_iter().enumerate() {
         match crate::context::Acceptor::build(&tls, i, &fields, (&tickets, lifetime), &mut warnings) {
-            Ok(acceptor) => built.push(Frontend { bind, proxy_proxy, tls, acceptor: std::sync::Arc::new(acceptor) }),
+            Ok(acceptor) => {
+                let quic = match bind {
+                    ListenAddr::Udp(_) => match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime)) {
+                        Ok(quic) => Some(Arc::new(quic)),
+                        Err(problems) => {
+                            for (field, message) in problems {
+                                ctx.error(&field, message);
+                            }
+                            continue;
+                        }
+                    },
+                    _ => None,
+                };
+                built.push(Frontend { bind, proxy_proxy, tls, acceptor: Arc::new(acceptor), quic });
+            }
             Err(problems) => {
                 for (field, message) in problems {
                     ctx.error(&field, message);
@@ -243,13 +257,43 @@ fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, global: &RawTl
     let own = raw.tls.as_ref();
     let own_path = child(path, "tls");
     let (tls, fields) = tls_settings(ctx, path, own, &own_path, global)?;
-    Some((bind?, (raw.proxy_proxy.unwrap_or(false), tls, fields)))
+    let proxy_proxy = raw.proxy_proxy.unwrap_or(false);
+    if let Some(ListenAddr::Udp(_)) = bind {
+        quic_limits(ctx, path, proxy_proxy, &tls)?;
+    }
+    Some((bind?, (proxy_proxy, tls, fields)))
 }
 
-/// `IP:port`, `[IPv6]:port`, `*:port` (IPv4 any) or `unix:/path`.
+/// What a UDP (QUIC) frontend cannot do: QUIC is TLS 1.3 only, and neither a PROXY header in
+/// front nor client certificates are carried over it here.
+fn quic_limits(ctx: &mut Checker<'_>, path: &str, proxy_proxy: bool, tls: &TlsSettings) -> Option<()> {
+    let mut ok = true;
+    if proxy_proxy {
+        ctx.error(&child(path, "proxy_proxy"), "a UDP (QUIC) frontend reads no PROXY header");
+        ok = false;
+    }
+    if !tls.protocols.contains(&Protocol::Tls13) {
+        ctx.error(path, "a UDP (QUIC) frontend needs TLSv1.3 in tls.protocols: QUIC has no other");
+        ok = false;
+    }
+    if tls.client_cert != ClientCert::None {
+        ctx.error(path, "client_cert is not offered on a UDP (QUIC) frontend: leave it none there");
+        ok = false;
+    }
+    ok.then_some(())
+}
+
+/// `IP:port`, `[IPv6]:port`, `*:port` (IPv4 any), `unix:/path`, or any of the first three after
+/// `udp:` (HTTP/3).
 fn parse_bind(text: &str, base: &Path) -> Result<ListenAddr, String> {
     if let Some(path) = text.strip_prefix("unix:") {
         return Ok(ListenAddr::Unix(base.join(path)));
+    }
+    if let Some(udp) = text.strip_prefix("udp:") {
+        return match parse_bind(udp, base) {
+            Ok(ListenAddr::Tcp(address)) => Ok(ListenAddr::Udp(address)),
+            _ => Err(format!("`{text}`: expected udp:IP:port, udp:[IPv6]:port or udp:*:port")),
+        };
     }
     let text = text.strip_prefix("*:").map_or_else(|| text.to_owned(), |port| format!("0.0.0.0:{port}"));
     text.parse::<SocketAddr>()

@@ -368,7 +368,7 @@ impl<'a> Proxy<'a> {
     fn stats(&self, report: &mut Report) -> Option<Stats> {
         let tcp = self.binds.iter().flat_map(|b| &b.addresses).find_map(|a| match a {
             ListenAddr::Tcp(a) => Some(*a),
-            ListenAddr::Unix(_) => None,
+            ListenAddr::Unix(_) | ListenAddr::Udp(_) => None,
         });
         let header = &self.section.header;
         match tcp {

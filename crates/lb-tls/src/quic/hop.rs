@@ -1,0 +1,142 @@
+//! The hop for one QUIC connection (docs/architecture.md, "The hop between lb-tls and
+//! lb-proxy"): a connection to lb-proxy, the PROXY v2 header with ALPN `h3`, then HTTP/2 with
+//! prior knowledge, each HTTP/3 request one HTTP/2 stream, bodies streamed both ways.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::config::BackendAddr;
+use crate::conn::connect_within;
+
+/// Request body frames in flight from the QUIC stream to the hop, per request.
+const BODY_FRAMES: usize = 4;
+
+/// A request body fed from the QUIC stream.
+#[derive(Debug)]
+pub(crate) struct HopBody {
+    frames: mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
+}
+
+impl Body for HopBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.frames.poll_recv(cx)
+    }
+}
+
+pub(crate) type Hop = SendRequest<HopBody>;
+
+/// A hop connection to `address` within `timeout`, `header` written, HTTP/2 started; or why
+/// not, as the backend failure log says it.
+pub(crate) async fn connect(address: &BackendAddr, timeout: Duration, header: &[u8]) -> Result<Hop, String> {
+    match address {
+        BackendAddr::Tcp(a) => {
+            let stream = connect_within(timeout, TcpStream::connect(a)).await?;
+            let _ = stream.set_nodelay(true);
+            open(stream, header).await
+        }
+        BackendAddr::Unix(p) => open(connect_within(timeout, UnixStream::connect(p)).await?, header).await,
+    }
+}
+
+/// Writes `header` on `io`, then starts HTTP/2 on it; the connection is driven by a task of its
+/// own, which ends when the hop closes.
+async fn open<S>(mut io: S, header: &[u8]) -> Result<Hop, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    io.write_all(header).await.map_err(|e| format!("writing the PROXY header: {e}"))?;
+    let (hop, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(hop)
+}
+
+type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+/// One HTTP/3 request through the hop: its body goes up while the response comes down.
+pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: Stream) {
+    let (mut down, mut up) = stream.split();
+    let (frames, body) = mpsc::channel(BODY_FRAMES);
+    let upload = async move {
+        loop {
+            let frame = match up.recv_data().await {
+                Ok(Some(mut data)) => Ok(Frame::data(data.copy_to_bytes(data.remaining()))),
+                Ok(None) => match up.recv_trailers().await {
+                    Ok(Some(trailers)) => Ok(Frame::trailers(trailers)),
+                    Ok(None) => return,
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                },
+                Err(e) => Err(std::io::Error::other(e.to_string())),
+            };
+            let last = !frame.as_ref().is_ok_and(Frame::is_data);
+            if frames.send(frame).await.is_err() || last {
+                return;
+            }
+        }
+    };
+    let (parts, ()) = request.into_parts();
+    let request = http::Request::from_parts(parts, HopBody { frames: body });
+    let download = async move {
+        if hop.ready().await.is_err() {
+            return refuse(&mut down).await;
+        }
+        let response = match hop.send_request(request).await {
+            Ok(response) => response,
+            Err(_) => return refuse(&mut down).await,
+        };
+        let (parts, body) = response.into_parts();
+        if down.send_response(http::Response::from_parts(parts, ())).await.is_err() {
+            return;
+        }
+        relay(body, &mut down).await;
+    };
+    tokio::join!(upload, download);
+}
+
+/// The response body, frame by frame, then the end of the stream.
+async fn relay(mut body: Incoming, down: &mut h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>) {
+    while let Some(frame) = body.frame().await {
+        let sent = match frame.map(Frame::into_data) {
+            Ok(Ok(data)) => down.send_data(data).await,
+            Ok(Err(frame)) => match frame.into_trailers() {
+                Ok(trailers) => down.send_trailers(trailers).await,
+                Err(_) => Ok(()),
+            },
+            Err(_) => {
+                // lb-proxy reset the stream: reset it towards the client too.
+                down.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return;
+            }
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+    let _ = down.finish().await;
+}
+
+/// lb-proxy could not be asked: 502, as lb-proxy answers when its servers cannot be.
+async fn refuse(down: &mut h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>) {
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+    if down.send_response(response).await.is_ok() {
+        let _ = down.finish().await;
+    }
+}

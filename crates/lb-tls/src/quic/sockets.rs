@@ -1,0 +1,208 @@
+//! The UDP sockets under one QUIC endpoint: the frontend's socket, which the master bound and
+//! every worker shares, and one connected socket per QUIC connection this worker accepted.
+//!
+//! Why: across a reload the draining worker and the new one both hold the shared socket, and
+//! the kernel hands each datagram to whichever reads first, so a connection's datagrams would
+//! be split between a worker that knows it and one that does not. A socket bound to the same
+//! address and `connect()`ed to the client is preferred by the kernel for that client's
+//! datagrams (the more specific match), so a connection's datagrams reach the worker that owns
+//! it; and a draining worker stops reading the shared socket, so new connections reach the new
+//! worker only. A client that changes address (migration, NAT rebinding) comes back through
+//! the shared socket.
+//!
+//! Binding a connected socket takes the right to bind the port: a worker that lacks it (port
+//! 443 without `CAP_NET_BIND_SERVICE` or `net.ipv4.ip_unprivileged_port_start` ≤ 443) serves its
+//! connections on the shared socket alone, as quinn does by itself.
+
+use std::collections::HashMap;
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::Interest;
+use tokio::sync::mpsc;
+
+/// Datagrams read on connected sockets, waiting for the endpoint.
+const INBOX: usize = 1024;
+/// The largest datagram a client sends us: the endpoint's `max_udp_payload_size`.
+pub(crate) const MAX_DATAGRAM: usize = 1472;
+
+type Datagram = (SocketAddr, Bytes);
+
+#[derive(Debug)]
+pub(crate) struct Sockets {
+    shared: tokio::net::UdpSocket,
+    state: UdpSocketState,
+    local: SocketAddr,
+    /// Off once the worker drains: new connections are the next worker's.
+    listening: AtomicBool,
+    owned: Mutex<HashMap<SocketAddr, Arc<tokio::net::UdpSocket>>>,
+    inbox_tx: mpsc::Sender<Datagram>,
+    inbox: Mutex<mpsc::Receiver<Datagram>>,
+}
+
+/// One connection's connected socket, closed when dropped.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    sockets: Arc<Sockets>,
+    peer: SocketAddr,
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.reader.abort();
+        lock(&self.sockets.owned).remove(&self.peer);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Sockets {
+    pub(crate) fn new(socket: std::net::UdpSocket) -> io::Result<Sockets> {
+        socket.set_nonblocking(true)?;
+        let state = UdpSocketState::new((&socket).into())?;
+        let local = socket.local_addr()?;
+        let (inbox_tx, inbox) = mpsc::channel(INBOX);
+        Ok(Sockets {
+            shared: tokio::net::UdpSocket::from_std(socket)?,
+            state,
+            local,
+            listening: AtomicBool::new(true),
+            owned: Mutex::default(),
+            inbox_tx,
+            inbox: Mutex::new(inbox),
+        })
+    }
+
+    /// Stop reading the shared socket (the drain): only owned connections' datagrams come in.
+    pub(crate) fn stop_listening(&self) {
+        self.listening.store(false, Ordering::Relaxed);
+    }
+
+    /// A socket connected to `peer`, bound to the address it reached (`local_ip`, when the
+    /// frontend binds a wildcard), whose datagrams go to the endpoint until the guard drops.
+    pub(crate) fn adopt(self: &Arc<Self>, peer: SocketAddr, local_ip: Option<IpAddr>) -> io::Result<Owned> {
+        let ip = local_ip.filter(|_| self.local.ip().is_unspecified()).unwrap_or(self.local.ip());
+        let socket = Socket::new(Domain::for_address(self.local), Type::DGRAM, Some(Protocol::UDP))?;
+        socket.set_reuse_address(true)?;
+        if self.local.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.bind(&SocketAddr::new(ip, self.local.port()).into())?;
+        socket.connect(&peer.into())?;
+        socket.set_nonblocking(true)?;
+        let socket = Arc::new(tokio::net::UdpSocket::from_std(socket.into())?);
+        lock(&self.owned).insert(peer, socket.clone());
+        let inbox = self.inbox_tx.clone();
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; MAX_DATAGRAM];
+            loop {
+                // Errors are the ICMP ones a connected socket reports (port unreachable): the
+                // connection's own timers deal with a client gone.
+                if let Ok(n) = socket.recv(&mut buf).await {
+                    if inbox.send((peer, Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Owned { sockets: self.clone(), peer, reader: reader.abort_handle() })
+    }
+
+    fn owned(&self, peer: &SocketAddr) -> Option<Arc<tokio::net::UdpSocket>> {
+        lock(&self.owned).get(peer).cloned()
+    }
+}
+
+impl AsyncUdpSocket for Sockets {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(Writable { sockets: self, waiting: None })
+    }
+
+    fn try_send(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        // Through the connection's own socket when it has one: the same address and port
+        // either way, but a full send buffer there is its own.
+        if let Some(socket) = self.owned(&transmit.destination) {
+            if let Ok(()) = socket.try_io(Interest::WRITABLE, || self.state.send((&*socket).into(), transmit)) {
+                return Ok(());
+            }
+        }
+        self.shared.try_io(Interest::WRITABLE, || self.state.send((&self.shared).into(), transmit))
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Some((peer, data))) = lock(&self.inbox).poll_recv(cx) {
+            let (Some(buf), Some(slot)) = (bufs.first_mut(), meta.first_mut()) else { return Poll::Ready(Ok(0)) };
+            let len = data.len().min(buf.len());
+            buf[..len].copy_from_slice(&data[..len]);
+            *slot = RecvMeta { addr: peer, len, stride: len, ecn: None, dst_ip: None };
+            return Poll::Ready(Ok(1));
+        }
+        if !self.listening.load(Ordering::Relaxed) {
+            return Poll::Pending;
+        }
+        loop {
+            ready!(self.shared.poll_recv_ready(cx))?;
+            if let Ok(n) = self.shared.try_io(Interest::READABLE, || self.state.recv((&self.shared).into(), bufs, meta))
+            {
+                return Poll::Ready(Ok(n));
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.state.may_fragment()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+}
+
+/// Waits until the shared socket takes datagrams again (connected sockets share its fate
+/// closely enough: the same interface and the same kernel send path).
+struct Writable {
+    sockets: Arc<Sockets>,
+    waiting: Option<Pin<Box<dyn std::future::Future<Output = io::Result<()>> + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Writable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writable").finish_non_exhaustive()
+    }
+}
+
+impl UdpPoller for Writable {
+    fn poll_writable(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let sockets = self.sockets.clone();
+        let waiting = self.waiting.get_or_insert_with(|| Box::pin(async move { sockets.shared.writable().await }));
+        let result = waiting.as_mut().poll(cx);
+        if result.is_ready() {
+            self.waiting = None;
+        }
+        result
+    }
+}

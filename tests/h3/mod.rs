@@ -1,0 +1,118 @@
+//! What the HTTP/3 tests share: the stack (lb-proxy with a JSON log and a rule that echoes the
+//! TLS facts; lb-tls with HTTPS and HTTP/3 on one port number, two certificates) and the
+//! aioquic client (`client.py` beside this file; scripts/install-deps test installs aioquic).
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use lb_testkit::certs::TestCerts;
+use lb_testkit::{ProxyProcess, TestServer, TlsProcess};
+use serde_json::Value;
+
+/// The stack the HTTP/3 tests run: a test server, lb-proxy, lb-tls (HTTPS and HTTP/3 on `port`).
+/// Each test file reads the parts it needs; the others only keep their processes running.
+#[allow(dead_code)]
+pub(crate) struct Stack {
+    pub(crate) certs: TestCerts,
+    pub(crate) api: TestServer,
+    pub(crate) proxy: ProxyProcess,
+    pub(crate) tls: TlsProcess,
+    pub(crate) port: u16,
+}
+
+impl Stack {
+    pub(crate) fn start() -> Stack {
+        let certs = TestCerts::new();
+        let api = TestServer::start("api");
+        let proxy = proxy(&api);
+        let tls = tls(&certs, &proxy.addr().to_string());
+        let port = tls.addr().port();
+        Stack { certs, api, proxy, tls, port }
+    }
+
+    /// [`h3_session`] to this stack as `api.example.test`.
+    #[allow(dead_code)]
+    pub(crate) fn get(&self, requests: &Value, ticket: Option<&Path>) -> (bool, Vec<Value>) {
+        h3_session(self.port, "api.example.test", &self.certs.ca(), requests, ticket)
+    }
+}
+
+fn proxy(api: &TestServer) -> ProxyProcess {
+    let api = api.addr();
+    ProxyProcess::start_with(1, move |ports| {
+        format!(
+            r#"global:
+  log: {{ format: json }}
+frontends:
+  - name: tls_in
+    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
+    tls: true
+    default_backend: api
+    http_request:
+      - set_header: {{ name: X-TLS, value: "%[ssl_fc_protocol] %[ssl_fc_alpn] %[ssl_fc_sni] %[ssl_fc_cipher]" }}
+backends:
+  - name: api
+    servers: [ {{ name: a1, address: "{api}" }} ]
+"#,
+            p = ports[0]
+        )
+    })
+}
+
+/// HTTPS on TCP and HTTP/3 on UDP, on the same port number, as on 443.
+fn tls(certs: &TestCerts, backend: &str) -> TlsProcess {
+    let api = certs.server("api", &["api.example.test"]).display().to_string();
+    let admin = certs.server("admin", &["admin.example.test"]).display().to_string();
+    let backend = backend.to_owned();
+    TlsProcess::start_with(1, move |ports| {
+        format!(
+            r#"global:
+  control_socket: master.sock
+tls:
+  certificates: [ {api}, {admin} ]
+  alpn_protocols: [ h2, http/1.1 ]
+backend:
+  address: "{backend}"
+frontends:
+  - bind: "127.0.0.1:{port}"
+  - bind: "udp:127.0.0.1:{port}"
+"#,
+            port = ports[0]
+        )
+    })
+}
+
+/// The responses to `requests`, sent at once on one QUIC connection to `port` with `sni`.
+pub(crate) fn h3(port: u16, sni: &str, ca: &Path, requests: &Value) -> Vec<Value> {
+    h3_session(port, sni, ca, requests, None).1
+}
+
+/// As [`h3`], offering the session ticket saved in `ticket` (if any) and saving the new one;
+/// first whether the session was resumed.
+pub(crate) fn h3_session(
+    port: u16,
+    sni: &str,
+    ca: &Path,
+    requests: &Value,
+    ticket: Option<&Path>,
+) -> (bool, Vec<Value>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("target/tools/pyenv/bin/python");
+    let mut child = Command::new(&python)
+        .arg(root.join("tests/h3/client.py"))
+        .args(["127.0.0.1", &port.to_string(), sni])
+        .arg(ca)
+        .args(ticket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} (scripts/install-deps test installs aioquic): {e}", python.display()));
+    child.stdin.take().expect("stdin").write_all(requests.to_string().as_bytes()).expect("to the client");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the HTTP/3 client failed: {stderr}");
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    (result["resumed"] == true, result["responses"].as_array().cloned().unwrap_or_default())
+}

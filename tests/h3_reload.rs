@@ -1,0 +1,105 @@
+//! HTTP/3 across a reload of lb-tls: the UDP socket is the master's and passes to the new
+//! worker; a QUIC connection open at the reload stays with the worker that accepted it (its
+//! own connected socket, which the kernel prefers for its client's datagrams) and its requests
+//! finish there; new connections go to the new worker, and resume sessions whose tickets the
+//! old worker made (the master's ticket keys).
+
+mod h3;
+
+use std::time::Duration;
+
+use h3::Stack;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_leaves_open_quic_connections_on_their_worker() {
+    let stack = Stack::start();
+    let (port, ca, tls) = (stack.port, stack.certs.ca(), &stack.tls);
+    let old = tls.current_worker().await.expect("a current worker");
+
+    // A connection with a slow request and a large response under way across the reload.
+    let requests = json!([{"path": "/slow?ms=3000"}, {"path": "/bytes?n=2000000"}]);
+    let ca_path = ca.clone();
+    let during = std::thread::spawn(move || h3::h3(port, "api.example.test", &ca_path, &requests));
+    let mut owned = Vec::new();
+    for _ in 0..50 {
+        owned = connected_udp_inodes(port);
+        if !owned.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old_sockets = lb_testkit::procfs::socket_inodes(old);
+    assert_eq!(owned.len(), 1, "one connected socket for the one QUIC connection");
+    assert!(old_sockets.contains(&owned[0]), "the worker that accepted the connection owns its socket");
+
+    tls.reload().await.expect("reload");
+    let new = tls.current_worker().await.expect("a current worker");
+    assert_ne!(new, old);
+
+    let responses =
+        tokio::task::spawn_blocking(move || during.join().expect("the client thread")).await.expect("joined");
+    assert_eq!(responses[0]["status"], 200, "{:?}", responses[0]);
+    assert_eq!(responses[0]["body"], "api");
+    assert_eq!(responses[1]["status"], 200);
+    assert_eq!(responses[1]["length"], 2_000_000);
+
+    // A new connection after the reload: the new worker's, on a socket of its own.
+    let requests = json!([{"path": "/slow?ms=1000"}]);
+    let ca_path = ca.clone();
+    let after = std::thread::spawn(move || h3::h3(port, "api.example.test", &ca_path, &requests));
+    let mut owner = None;
+    for _ in 0..50 {
+        if let Some(inode) = connected_udp_inodes(port).first() {
+            owner = [old, new].into_iter().find(|pid| lb_testkit::procfs::socket_inodes(*pid).contains(inode));
+            if owner.is_some() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(owner, Some(new), "the new worker took the new connection");
+    let responses =
+        tokio::task::spawn_blocking(move || after.join().expect("the client thread")).await.expect("joined");
+    assert_eq!(responses[0]["status"], 200, "{:?}", responses[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_sessions_resume_across_a_reload() {
+    let stack = Stack::start();
+    let (port, tls) = (stack.port, &stack.tls);
+    let ticket = tls.dir().join("client.ticket");
+    let get = json!([{"path": "/echo"}]);
+
+    let (resumed, responses) = stack.get(&get, Some(&ticket));
+    assert!(!resumed, "the first connection makes a full handshake");
+    assert_eq!(responses[0]["status"], 200);
+    assert!(ticket.exists(), "the server sent a session ticket");
+
+    tls.reload().await.expect("reload");
+    let (resumed, responses) = stack.get(&get, Some(&ticket));
+    assert!(resumed, "the new worker opens the old worker's ticket");
+    assert_eq!(responses[0]["status"], 200);
+
+    // The UDP frontend's counters, carried across the reload: two handshakes, one resumed.
+    let out = lb_testkit::lbctl::lbctl_blocking(&tls.control_socket(), &["--json", "show", "stat"]);
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).expect("show stat JSON");
+    let udp = format!("udp:127.0.0.1:{port}");
+    let row = rows.as_array().and_then(|r| r.iter().find(|r| r["pxname"] == udp.as_str())).expect("the UDP row");
+    assert_eq!((&row["ssl_sess"], &row["ssl_reused_sess"], &row["tls1_3"]), (&json!(2), &json!(1), &json!(2)), "{row}");
+}
+
+/// The inodes of this host's UDP sockets bound to `port` and connected to a peer (IPv4).
+fn connected_udp_inodes(port: u16) -> Vec<u64> {
+    let text = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote, inode) = (fields.get(1)?, fields.get(2)?, fields.get(9)?);
+            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+            let connected = !remote.ends_with(":0000");
+            (local_port == port && connected).then(|| inode.parse().ok()).flatten()
+        })
+        .collect()
+}

@@ -5,7 +5,10 @@
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a map with `zookeeper`, `proxy`, `hysteresis`, `status`, `services` and `fleet`")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a map with `zookeeper`, `proxy`, `hysteresis`, `status`, `services` and `fleet`"
+)]
 pub(crate) struct RawConfig {
     pub(crate) zookeeper: Option<RawZookeeper>,
     pub(crate) proxy: Option<RawProxy>,

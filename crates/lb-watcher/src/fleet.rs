@@ -33,14 +33,7 @@ pub(crate) async fn run(settings: Zookeeper, fleet: Fleet, applier: Applier, mut
         if *shutdown.borrow() {
             return;
         }
-        let connecting = Client::connector()
-            .with_session_timeout(settings.session_timeout)
-            .with_connection_timeout(settings.session_timeout.min(Duration::from_secs(5)))
-            .connect(&connect_string);
-        let client = tokio::select! {
-            r = connecting => r,
-            _ = shutdown.changed() => return,
-        };
+        let Some(client) = crate::zk::connect(&settings, &connect_string, &mut shutdown).await else { return };
         let created = match client {
             Ok(client) => create_ephemeral(&client, &fleet.path, &node, b"").await.map(|()| client),
             Err(source) => Err(crate::Error::Zookeeper { what: format!("connecting to {connect_string}"), source }),

@@ -38,7 +38,7 @@ pub(crate) struct RawConfig {
 
 /// `tables.NAME`: a limit table (HAProxy's `stick-table`).
 #[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, expecting = "a table: a map with `type`, `size`, `expire`, `store`, …")]
+#[serde(deny_unknown_fields, expecting = "a table: a map with `type`, `size`, `expire`, `store`, `limit_req`, `fleet`")]
 pub(crate) struct RawTable {
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub(crate) kind: Option<String>,
@@ -57,6 +57,9 @@ pub(crate) struct RawTable {
     pub(crate) store: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) limit_req: Option<RawLimitReq>,
+    /// The limits on this table's figures are the fleet's: each node enforces its share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fleet: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -25,6 +25,10 @@ pub struct Table {
     pub store: Vec<Store>,
     /// nginx's `limit_req`: a token bucket per entry, `None` when not asked for.
     pub bucket: Option<Bucket>,
+    /// `fleet: true`: the thresholds read on this table's figures and its `limit_req` are the
+    /// whole fleet's; each node enforces its share (the limit divided by the live nodes, as
+    /// lb-watcher tells it with `set fleet share N`).
+    pub fleet: bool,
 }
 
 /// What a table's keys are.

@@ -59,6 +59,7 @@ The following commands are valid at this level:
   set maxconn frontend <fe> <n>           : change a frontend's connection limit
   set maxconn global <n>                  : change the process's connection limit (up to global.max_connections)
   set rate-limit connections global <n>   : accept at most n connections per second (0: no limit)
+  set fleet share <n>                     : divide the limits of the fleet tables by n (the live nodes)
   set table <table> key <k> [data.<type> <v>]* : set an entry's data (made if absent)
   set server <bk>/<srv> addr <ip> [port <p>] : move a server (connections to the old address finish, not reused)
   set server <bk>/<srv> health <up|down>  : force a checked server's health until its next checks decide
@@ -186,6 +187,9 @@ struct Handover {
     counters: Snapshot,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     tables: String,
+    /// The fleet's live nodes (`set fleet share`): a reload keeps the share lb-watcher set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fleet_share: Option<u32>,
 }
 
 /// lb-supervisor's handle: the commands, and the counters and tables across reloads.
@@ -200,7 +204,8 @@ impl Runtime for Handler {
     fn snapshot(&self) -> Option<String> {
         let snapshot = self.0.snapshot();
         let tables = crate::tables::handover::export(&self.0.proxy.tables);
-        let text = serde_json::to_string(&Handover { counters: snapshot.clone(), tables }).ok();
+        let fleet_share = Some(self.0.proxy.tables.share()).filter(|&n| n > 1);
+        let text = serde_json::to_string(&Handover { counters: snapshot.clone(), tables, fleet_share }).ok();
         *self.0.handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(snapshot);
         text
     }
@@ -209,7 +214,7 @@ impl Runtime for Handler {
         let handed = self.0.handed.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
         let counters = self.0.snapshot().since(&handed);
         let tables = crate::tables::handover::late(&self.0.proxy.tables);
-        serde_json::to_string(&Handover { counters, tables }).ok()
+        serde_json::to_string(&Handover { counters, tables, fleet_share: None }).ok()
     }
 
     fn add_late_counts(&self, counts: &str) {
@@ -229,6 +234,9 @@ impl Runtime for Handler {
             match serde_json::from_str::<Handover>(text) {
                 Ok(base) => {
                     stats::inherit(&self.0.proxy, &base.counters);
+                    if let Some(n) = base.fleet_share {
+                        self.0.proxy.tables.set_share(n);
+                    }
                     if !base.tables.is_empty() {
                         crate::tables::handover::import(&self.0.proxy.tables, &base.tables);
                     }

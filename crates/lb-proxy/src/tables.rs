@@ -32,7 +32,7 @@ mod tests;
 mod track;
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use lb_config::Table as TableConfig;
@@ -56,11 +56,25 @@ pub(crate) struct Tables {
     tables: Vec<Arc<Table>>,
     /// What was handed to the next worker (`handover`), to tell what was counted after.
     handed: Mutex<Option<Vec<u8>>>,
+    /// The live nodes of the fleet (`set fleet share`), shared by every table.
+    share: Arc<AtomicU32>,
 }
 
 impl Tables {
     pub(crate) fn new(configs: &[TableConfig]) -> Tables {
-        Tables { tables: configs.iter().map(|c| Arc::new(Table::new(c.clone()))).collect(), handed: Mutex::default() }
+        let share = Arc::new(AtomicU32::new(1));
+        let tables = configs.iter().map(|c| Arc::new(Table::with_share(c.clone(), share.clone()))).collect();
+        Tables { tables, handed: Mutex::default(), share }
+    }
+
+    /// The live nodes of the fleet, as last set (1 until told).
+    pub(crate) fn share(&self) -> u32 {
+        self.share.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Divides every fleet table's limits by `n` (the live nodes) from now on.
+    pub(crate) fn set_share(&self, n: u32) {
+        self.share.store(n.max(1), Ordering::Relaxed);
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Table>> {
@@ -113,6 +127,8 @@ pub(crate) struct Table {
     pub(crate) full: AtomicU64,
     /// Requests and connections refused on this table's figures, by [`Reason`].
     pub(crate) denials: [AtomicU64; Reason::ALL.len()],
+    /// The fleet's live nodes ([`Tables::set_share`]); read only when the table is `fleet`.
+    fleet_share: Arc<AtomicU32>,
 }
 
 /// Why a request or connection was refused on a table's figures (`/metrics`' `reason`).
@@ -142,7 +158,12 @@ impl Reason {
 }
 
 impl Table {
+    #[cfg(test)]
     pub(crate) fn new(config: TableConfig) -> Table {
+        Table::with_share(config, Arc::new(AtomicU32::new(1)))
+    }
+
+    fn with_share(config: TableConfig, fleet_share: Arc<AtomicU32>) -> Table {
         let shards = (config.size / 4096).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS);
         Table {
             layout: Layout::new(&config),
@@ -158,12 +179,23 @@ impl Table {
             evictions: AtomicU64::new(0),
             full: AtomicU64::new(0),
             denials: Default::default(),
+            fleet_share,
             config,
         }
     }
 
     pub(crate) fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// What this table's limits are divided by: the fleet's live nodes for a `fleet` table,
+    /// 1 otherwise.
+    pub(crate) fn share(&self) -> u32 {
+        if self.config.fleet {
+            self.fleet_share.load(Ordering::Relaxed).max(1)
+        } else {
+            1
+        }
     }
 
     pub(crate) fn denied(&self, reason: Reason) {

@@ -22,6 +22,23 @@ pub struct Config {
     /// Loopback address of the `/status` and `/metrics` endpoint; `None`: no endpoint.
     pub status_listen: Option<SocketAddr>,
     pub services: Vec<Service>,
+    /// `fleet`: this lb-proxy counts among the fleet's live nodes, which divide the limits of
+    /// its `fleet: true` tables. `None`: no fleet.
+    pub fleet: Option<Fleet>,
+}
+
+/// Where the fleet's lb-proxy nodes register, and this one's name there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    pub path: String,
+    /// The ephemeral node `<path>/<name>` (default: the host's name).
+    pub name: String,
+}
+
+impl Fleet {
+    pub fn node_path(&self) -> String {
+        format!("{}/{}", self.path, self.name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,7 +277,31 @@ fn validate(ctx: &mut Ctx<'_>, raw: &RawConfig, base: Option<&Path>) -> Config {
             }
         }
     }
-    Config { zookeeper, proxy, hysteresis, status_listen, services }
+    let fleet = raw.fleet.as_ref().and_then(|f| fleet(ctx, f));
+    Config { zookeeper, proxy, hysteresis, status_listen, services, fleet }
+}
+
+fn fleet(ctx: &mut Ctx<'_>, raw: &raw::RawFleet) -> Option<Fleet> {
+    let path = match &raw.path {
+        None => {
+            ctx.error("fleet", "missing `fleet.path`: where the fleet's lb-proxy nodes register");
+            return None;
+        }
+        Some(p) if !valid_zk_path(p) || p == "/" => {
+            ctx.error("fleet.path", format!("invalid path `{p}`: an absolute path such as /com/example/lb"));
+            return None;
+        }
+        Some(p) => p.clone(),
+    };
+    let name = match &raw.name {
+        Some(n) => n.clone(),
+        None => nix::unistd::gethostname().ok().and_then(|n| n.into_string().ok()).unwrap_or_default(),
+    };
+    if name.is_empty() || name.contains(['/', '\0']) || name == "." || name == ".." {
+        ctx.error("fleet.name", format!("invalid node name `{name}`: a name without `/`, e.g. the host's name"));
+        return None;
+    }
+    Some(Fleet { path, name })
 }
 
 fn zookeeper(ctx: &mut Ctx<'_>, raw: &RawConfig) -> Zookeeper {

@@ -49,6 +49,9 @@ pub async fn run_with(config: Config, mut shutdown: watch::Receiver<bool>, share
     paths.sort();
     paths.dedup();
     let (tx, mut events) = mpsc::channel(64);
+    let fleet_task = config.fleet.clone().map(|fleet| {
+        tokio::spawn(crate::fleet::run(config.zookeeper.clone(), fleet, applier.clone(), shutdown.clone()))
+    });
     let zk_task = tokio::spawn(zk::run(config.zookeeper.clone(), paths, tx, shutdown.clone(), shared.clone()));
 
     let now = Instant::now();
@@ -92,6 +95,11 @@ pub async fn run_with(config: Config, mut shutdown: watch::Receiver<bool>, share
         engine.publish();
     }
     zk_task.abort();
+    if let Some(task) = fleet_task {
+        // Its node deleted on the way out (the shutdown it saw), so the others' share moves now
+        // rather than at the session's expiry.
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
     Ok(())
 }
 

@@ -24,12 +24,14 @@
 //! - `engine`: the main loop tying them together, drift repair.
 //! - `status`: `/status` and `/metrics`.
 //! - `register`: keeping an ephemeral registration alive.
+//! - `fleet`: this lb-proxy among the fleet's live nodes, and its share of fleet-wide limits.
 #![forbid(unsafe_code)]
 
 pub mod apply;
 pub mod config;
 mod engine;
 mod error;
+mod fleet;
 pub mod hysteresis;
 pub mod node;
 pub mod register;

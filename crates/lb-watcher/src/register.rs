@@ -60,7 +60,8 @@ pub async fn run(
             }
         };
         retry = Duration::from_millis(200);
-        if let Err(e) = create(&client, &registration).await {
+        let (node, data) = (registration.node_path(), registration.data());
+        if let Err(e) = create_ephemeral(&client, &registration.path, &node, data.as_bytes()).await {
             tracing::warn!("{e}; retrying");
             tokio::time::sleep(retry).await;
             continue;
@@ -91,22 +92,20 @@ pub async fn run(
     }
 }
 
-/// Creates the parents (persistent) and the ephemeral node; a node left by an earlier session
-/// of ours (or anyone) is replaced.
-async fn create(client: &Client, r: &Registration) -> Result<(), Error> {
+/// Creates `dir` and its parents (persistent) and the ephemeral node `path` in it; a node left
+/// by an earlier session of ours (or anyone) is replaced.
+pub(crate) async fn create_ephemeral(client: &Client, dir: &str, path: &str, data: &[u8]) -> Result<(), Error> {
     let zk = |what: String| move |source| Error::Zookeeper { what, source };
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    match client.mkdir(&r.path, &persistent).await {
+    match client.mkdir(dir, &persistent).await {
         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
-        Err(e) => return Err(zk(format!("creating {}", r.path))(e)),
+        Err(e) => return Err(zk(format!("creating {dir}"))(e)),
     }
     let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-    let path = r.node_path();
-    let data = r.data();
     loop {
-        match client.create(&path, data.as_bytes(), &ephemeral).await {
+        match client.create(path, data, &ephemeral).await {
             Ok(_) => return Ok(()),
-            Err(zookeeper_client::Error::NodeExists) => match client.delete(&path, None).await {
+            Err(zookeeper_client::Error::NodeExists) => match client.delete(path, None).await {
                 Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
                 Err(e) => return Err(zk(format!("replacing {path}"))(e)),
             },

@@ -60,6 +60,23 @@ const SETTLE: Duration = Duration::from_millis(20);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const ARM_RETRY: Duration = Duration::from_secs(1);
 
+/// One connection attempt with the configured timeouts; `None` when `shutdown` turned true
+/// first.
+pub(crate) async fn connect(
+    settings: &Zookeeper,
+    connect_string: &str,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Result<Client, zookeeper_client::Error>> {
+    let connecting = Client::connector()
+        .with_session_timeout(settings.session_timeout)
+        .with_connection_timeout(settings.session_timeout.min(Duration::from_secs(5)))
+        .connect(connect_string);
+    tokio::select! {
+        r = connecting => Some(r),
+        _ = shutdown.changed() => None,
+    }
+}
+
 /// Runs until `shutdown` turns true or the engine goes away.
 pub async fn run(
     settings: Zookeeper,
@@ -75,14 +92,7 @@ pub async fn run(
         if *shutdown.borrow() {
             return;
         }
-        let connecting = Client::connector()
-            .with_session_timeout(settings.session_timeout)
-            .with_connection_timeout(settings.session_timeout.min(Duration::from_secs(5)))
-            .connect(&connect_string);
-        let client = tokio::select! {
-            r = connecting => r,
-            _ = shutdown.changed() => return,
-        };
+        let Some(client) = connect(&settings, &connect_string, &mut shutdown).await else { return };
         let client = match client {
             Ok(client) => client,
             Err(e) => {

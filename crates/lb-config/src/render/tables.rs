@@ -45,6 +45,7 @@ fn table(t: &Table) -> RawTable {
             nodelay: Some(b.nodelay),
             delay: Some(i64::from(b.delay)),
         }),
+        fleet: t.fleet.then_some(true),
     }
 }
 

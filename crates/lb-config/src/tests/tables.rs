@@ -21,6 +21,7 @@ tables:
     expire: 1h
     store: [http_req_cnt]
     limit_req: { rate: 600, per: 1m, burst: 20, delay: 5 }
+    fleet: true
 ";
 
 #[test]
@@ -37,11 +38,13 @@ fn every_table_key_is_read() {
         ["http_req_rate(10000)", "conn_cur", "http_err_rate(10000)", "gpc0", "gpt1", "bytes_out_rate(60000)"]
     );
     assert!(ip.bucket.is_none());
+    assert!(!ip.fleet);
     assert_eq!(api.key, KeyType::String { len: 64 });
     assert_eq!(
         api.bucket,
         Some(Bucket { rate: 600, per: Duration::from_secs(60), burst: 20, nodelay: false, delay: 5 })
     );
+    assert!(api.fleet);
 }
 
 #[test]

@@ -87,7 +87,7 @@ fn one(ctx: &mut Checker<'_>, path: &str, name: &str, raw: &RawTable) -> Table {
     if store.is_empty() && bucket.is_none() {
         ctx.error(path, "the table stores nothing: add `store: [...]` (e.g. `http_req_rate(10s)`) or `limit_req`");
     }
-    Table { name: name.to_owned(), key, size, expire, store, bucket }
+    Table { name: name.to_owned(), key, size, expire, store, bucket, fleet: raw.fleet.unwrap_or(false) }
 }
 
 fn size(ctx: &mut Checker<'_>, field: &str, raw: Option<&Value>) -> usize {

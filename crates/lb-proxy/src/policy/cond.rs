@@ -230,7 +230,7 @@ impl CTest {
         }
         // A tracked figure is a number: compared as one, without making text of it.
         if let CFetch::Single(Fetch::Sc { slot, data }) = self.fetch {
-            let value = s.tracked.and_then(|t| t.read(slot, data));
+            let value = s.tracked.and_then(|t| t.read_against_limit(slot, data));
             match (&self.matcher, value) {
                 (CMatch::Exists(want), v) => return v.is_some() == *want,
                 (CMatch::Int(c), Some(v)) => return compare(c, i64::try_from(v).unwrap_or(i64::MAX)),

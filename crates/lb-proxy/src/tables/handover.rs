@@ -332,6 +332,7 @@ fn signature_layout(name: &str, signature: &str) -> Option<Shape> {
             nodelay: false,
             delay: 0,
         }),
+        fleet: false,
     };
     let layout = Layout::new(&config);
     let stored = layout.stored().map(|d| (d, layout.period_ms(d))).collect();

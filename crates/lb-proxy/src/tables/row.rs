@@ -267,11 +267,14 @@ impl Row<'_> {
     }
 
     /// nginx's `limit_req` for one request: the excess drains at the rate, a request adds one;
-    /// past the burst it is refused and the bucket is left as it was.
-    pub(crate) fn take(&mut self) -> Option<Verdict> {
+    /// past the burst it is refused and the bucket is left as it was. `share` divides the rate,
+    /// the burst and the delay (a fleet table's share of the fleet's limit; 1 otherwise).
+    pub(crate) fn take(&mut self, share: u32) -> Option<Verdict> {
         let (offset, bucket) = self.layout.bucket?;
         let at = usize::from(offset);
-        let per_ms = u64::try_from(bucket.per.as_millis()).unwrap_or(u64::MAX).max(1);
+        let share = u64::from(share.max(1));
+        // A rate divided by the share: the same requests over a period `share` times longer.
+        let per_ms = u64::try_from(bucket.per.as_millis()).unwrap_or(u64::MAX).max(1).saturating_mul(share);
         let rate = u64::from(bucket.rate).max(1);
         let (excess, last) = (u64::from(self.cells[at]), self.cells[at + 1]);
         let elapsed = u64::from(self.now.wrapping_ms().wrapping_sub(last));
@@ -280,7 +283,7 @@ impl Row<'_> {
         // entry starts at zero (its first request is within the rate).
         let fresh = excess == 0 && last == 0;
         let excess = if fresh { 0 } else { (excess + 1000).saturating_sub(drained) };
-        let burst = u64::from(bucket.burst) * 1000;
+        let burst = u64::from(bucket.burst) * 1000 / share;
         if excess > burst {
             // Time until the excess has drained enough for one more request to fit.
             let over = excess - burst;
@@ -289,7 +292,7 @@ impl Row<'_> {
         }
         self.cells[at] = u32::try_from(excess).unwrap_or(u32::MAX);
         self.cells[at + 1] = self.now.wrapping_ms();
-        let free = if bucket.nodelay { burst } else { u64::from(bucket.delay) * 1000 };
+        let free = if bucket.nodelay { burst } else { u64::from(bucket.delay) * 1000 / share };
         if excess <= free {
             return Some(Verdict::Pass);
         }
@@ -306,11 +309,13 @@ impl Row<'_> {
         }
     }
 
-    /// The bucket's excess in requests (what `show table` prints as `limit_req`).
-    pub(crate) fn excess(&self) -> Option<u64> {
+    /// The bucket's excess in requests (what `show table` prints as `limit_req`), draining at
+    /// the rate divided by `share`.
+    pub(crate) fn excess(&self, share: u32) -> Option<u64> {
         let (offset, bucket) = self.layout.bucket?;
         let at = usize::from(offset);
-        let per_ms = u64::try_from(bucket.per.as_millis()).unwrap_or(u64::MAX).max(1);
+        let per_ms =
+            u64::try_from(bucket.per.as_millis()).unwrap_or(u64::MAX).max(1).saturating_mul(u64::from(share.max(1)));
         let elapsed = u64::from(self.now.wrapping_ms().wrapping_sub(self.cells[at + 1]));
         let drained = u64::from(bucket.rate).saturating_mul(elapsed).saturating_mul(1000) / per_ms;
         Some(u64::from(self.cells[at]).saturating_sub(drained).div_ceil(1000))

@@ -8,7 +8,13 @@
 //! 0x1000002a: key=192.0.2.7 use=0 exp=599873 shard=1 http_req_rate(10000)=12 conn_cur=0
 //! clear table per_ip [data.<type> <op> <value>]... | [key <key>]
 //! set table per_ip key <key> [data.<type> <value>]...
+//! set fleet share 3
+//! show table
+//! # table: fleet_ip, type: ip, size:1048576, used:2, share:3
 //! ```
+//!
+//! `set fleet share N` divides the limits of every `fleet: true` table by N (the live nodes);
+//! the header of such a table says its share.
 //!
 //! `exp` is milliseconds until the entry expires; the first column identifies the entry
 //! (shard and slot), as HAProxy prints the entry's address. A `limit_req` bucket shows as
@@ -38,6 +44,8 @@ pub(crate) fn command(tables: &Tables, words: &[&str]) -> Option<Result<String, 
         ["clear", "table", name, rest @ ..] => with_table(tables, name, |t| clear(t, rest)),
         ["clear", "table"] => Err("'clear table' expects a table name.".into()),
         ["set", "table", name, rest @ ..] => with_table(tables, name, |t| set(t, rest)),
+        ["set", "fleet", "share", n] => set_share(tables, n),
+        ["set", "fleet", ..] => Err("'set fleet' expects 'share <n>'.".into()),
         ["set", "table"] => Err("'set table' expects a table name.".into()),
         _ => return None,
     })
@@ -48,13 +56,28 @@ fn with_table(tables: &Tables, name: &str, f: impl FnOnce(&Table) -> Result<Stri
 }
 
 fn header(table: &Table) -> String {
-    format!(
+    let mut out = format!(
         "# table: {}, type: {}, size:{}, used:{}",
         table.name(),
         table.config.key.word(),
         table.config.size,
         table.used()
-    )
+    );
+    if table.config.fleet {
+        let _ = write!(out, ", share:{}", table.share());
+    }
+    out
+}
+
+/// `set fleet share <n>`: the live nodes of the fleet, dividing every fleet table's limits.
+fn set_share(tables: &Tables, n: &str) -> Result<String, String> {
+    match n.parse::<u32>() {
+        Ok(n) if n >= 1 => {
+            tables.set_share(n);
+            Ok(String::new())
+        }
+        _ => Err(format!("'set fleet share' expects the number of live nodes (1 or more), got '{n}'.")),
+    }
 }
 
 /// What selects entries: every filter must hold, or one key.
@@ -112,7 +135,7 @@ fn show(table: &Table, args: &[&str]) -> Result<String, String> {
                 let value = row.get(store.data).unwrap_or(0);
                 let _ = write!(out, " {store}={value}");
             }
-            if let Some(excess) = row.excess() {
+            if let Some(excess) = row.excess(table.share()) {
                 let _ = write!(out, " limit_req={excess}");
             }
             out.push('\n');

@@ -1,7 +1,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use lb_config::{Bucket, DataType, KeyType, Store, Table as TableConfig};
+use lb_config::{Bucket, DataType, KeyType, Mark, Store, Table as TableConfig};
 
 use super::*;
 use crate::tables::handover;
@@ -19,6 +19,7 @@ pub(crate) fn config(name: &str, size: usize, store: Vec<Store>) -> TableConfig 
         expire: Duration::from_secs(600),
         store,
         bucket: None,
+        fleet: false,
     }
 }
 
@@ -173,7 +174,7 @@ fn the_bucket_follows_nginx_limit_req() {
     let bucket = Bucket { rate: 10, per: Duration::from_secs(1), burst: 5, nodelay: false, delay: 0 };
     let table = bucket_table(bucket);
     let key = ip("10.0.0.1");
-    let take = |at| table.update(&key, Now(at), |row, _| row.take()).flatten().expect("a bucket");
+    let take = |at| table.update(&key, Now(at), |row, _| row.take(1)).flatten().expect("a bucket");
     assert_eq!(take(T0), Verdict::Pass);
     for n in 1..=5 {
         assert_eq!(take(T0), Verdict::Delay(n * 100));
@@ -185,11 +186,11 @@ fn the_bucket_follows_nginx_limit_req() {
     assert_eq!(take(T0 + 60_000), Verdict::Pass);
     // nodelay: the burst passes at once; delay=2: the first two excess at once, then held.
     let nodelay = bucket_table(Bucket { nodelay: true, ..bucket });
-    let take = |at| nodelay.update(&key, Now(at), |row, _| row.take()).flatten().expect("a bucket");
+    let take = |at| nodelay.update(&key, Now(at), |row, _| row.take(1)).flatten().expect("a bucket");
     assert!((0..6).all(|_| take(T0) == Verdict::Pass));
     assert!(matches!(take(T0), Verdict::Refuse { .. }));
     let delayed = bucket_table(Bucket { delay: 2, ..bucket });
-    let take = |at| delayed.update(&key, Now(at), |row, _| row.take()).flatten().expect("a bucket");
+    let take = |at| delayed.update(&key, Now(at), |row, _| row.take(1)).flatten().expect("a bucket");
     assert_eq!(
         [take(T0), take(T0), take(T0), take(T0)],
         [Verdict::Pass, Verdict::Pass, Verdict::Pass, Verdict::Delay(100)]
@@ -343,4 +344,60 @@ fn a_reload_hands_entries_over_and_then_what_was_counted_after() {
     assert_eq!(other.get("per_ip").expect("table").used(), 0);
     handover::import(&other, "not base64 at all!");
     handover::import(&other, &text[..text.len() / 2]);
+}
+
+fn fleet_tables() -> Tables {
+    let mut fleet = config("fleet", 10, vec![store(DataType::HttpReqCnt, None), store(DataType::Gpt(0), None)]);
+    fleet.fleet = true;
+    fleet.bucket = Some(Bucket { rate: 10, per: Duration::from_secs(1), burst: 6, nodelay: true, delay: 0 });
+    Tables::new(&[fleet, config("local", 10, vec![store(DataType::HttpReqCnt, None)])])
+}
+
+#[test]
+fn the_fleet_share_divides_a_fleet_tables_bucket() {
+    // 10 r/s with a burst of 6 for the fleet; over 3 nodes each lets 10/3 r/s and a burst of 2.
+    let tables = fleet_tables();
+    assert_eq!(command(&tables, &["set", "fleet", "share", "3"]), Some(Ok(String::new())));
+    let table = tables.get("fleet").expect("the fleet table");
+    let key = ip("10.0.0.1");
+    let take = |at| table.update(&key, Now(at), |row, _| row.take(table.share())).flatten().expect("a bucket");
+    assert!((0..3).all(|_| take(T0) == Verdict::Pass), "the first request and a burst of 2");
+    assert_eq!(take(T0), Verdict::Refuse { retry_after_ms: 300 });
+    // One request drains in 300 ms at 10/3 r/s.
+    assert_eq!(take(T0 + 300), Verdict::Pass);
+    assert!(matches!(take(T0 + 300), Verdict::Refuse { .. }));
+    assert_eq!(tables.get("local").expect("the local table").share(), 1, "a table not `fleet` is whole");
+}
+
+#[test]
+fn conditions_read_a_fleet_tables_figures_times_the_share() {
+    let tables = fleet_tables();
+    let fleet = tables.get("fleet").expect("the fleet table").clone();
+    let local = tables.get("local").expect("the local table").clone();
+    let mut tracked = Tracked::default();
+    assert_eq!(tracked.track(0, &fleet, ip("10.0.0.1"), Now(T0)), TrackOutcome::Counted);
+    assert_eq!(tracked.track(1, &local, ip("10.0.0.1"), Now(T0)), TrackOutcome::Counted);
+    tracked.mark(&Mark { slot: 0, index: 0, value: 1 }, true, Now(T0));
+    command(&tables, &["set", "fleet", "share", "4"]);
+    assert_eq!(tracked.read(0, DataType::HttpReqCnt), Some(1), "the figure itself is this node's");
+    assert_eq!(tracked.read_against_limit(0, DataType::HttpReqCnt), Some(4), "the fleet's, spread evenly");
+    assert_eq!(tracked.read_against_limit(0, DataType::Gpt(0)), Some(1), "a tag is not a count");
+    assert_eq!(tracked.read_against_limit(1, DataType::HttpReqCnt), Some(1), "a table not `fleet`");
+}
+
+#[test]
+fn set_fleet_share_is_checked_and_shown_on_fleet_tables() {
+    let tables = fleet_tables();
+    let show = |tables: &Tables| command(tables, &["show", "table"]).expect("a table command").expect("shown");
+    assert!(show(&tables).contains("# table: fleet, type: ip, size:10, used:0, share:1\n"), "{}", show(&tables));
+    command(&tables, &["set", "fleet", "share", "7"]);
+    let shown = show(&tables);
+    assert!(shown.contains("used:0, share:7\n"), "{shown}");
+    assert!(shown.contains("# table: local, type: ip, size:10, used:0\n"), "{shown}");
+    for bad in ["0", "-1", "x", "4294967296"] {
+        let refused = command(&tables, &["set", "fleet", "share", bad]).expect("a table command");
+        assert!(refused.expect_err("refused").contains("number of live nodes"), "{bad}");
+    }
+    assert!(command(&tables, &["set", "fleet"]).expect("a table command").is_err());
+    assert_eq!(tables.share(), 7, "a refused command changes nothing");
 }

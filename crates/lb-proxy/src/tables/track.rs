@@ -153,8 +153,9 @@ impl Tracked {
         let mut verdict = None;
         let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
         let hash = table.hash(&key);
+        let share = table.share();
         let held = table.update_at(&key, hash, None, now, |row, refs| {
-            verdict = row.take();
+            verdict = row.take(share);
             if matches!(verdict, Some(Verdict::Refuse { .. })) {
                 // nginx counts a refused request nowhere; HAProxy's rate counts every request
                 // tracked: the rate goes on counting, the bucket does not fill.
@@ -196,6 +197,18 @@ impl Tracked {
     pub(crate) fn read(&self, slot: u8, data: DataType) -> Option<u64> {
         let held = self.slots.get(usize::from(slot))?.as_ref()?;
         held.read(self.now, |row| row.get(data)).flatten()
+    }
+
+    /// [`read`](Self::read) as a condition's threshold sees it: a fleet table's figure times
+    /// its share (the fleet's figure if the clients spread evenly over the nodes), so that a
+    /// threshold reads as the fleet's; a tag (`gpt`) is a value, never scaled.
+    pub(crate) fn read_against_limit(&self, slot: u8, data: DataType) -> Option<u64> {
+        let held = self.slots.get(usize::from(slot))?.as_ref()?;
+        let value = held.read(self.now, |row| row.get(data)).flatten()?;
+        Some(match data {
+            DataType::Gpt(_) => value,
+            _ => value.saturating_mul(u64::from(held.table.share())),
+        })
     }
 
     /// `set_gpt` / `inc_gpc` on the entry tracked in the mark's slot.

@@ -5,13 +5,24 @@
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a map with `zookeeper`, `proxy`, `hysteresis`, `status` and `services`")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a map with `zookeeper`, `proxy`, `hysteresis`, `status`, `services` and `fleet`"
+)]
 pub(crate) struct RawConfig {
     pub(crate) zookeeper: Option<RawZookeeper>,
     pub(crate) proxy: Option<RawProxy>,
     pub(crate) hysteresis: Option<RawHysteresis>,
     pub(crate) status: Option<RawStatus>,
     pub(crate) services: Option<Vec<RawService>>,
+    pub(crate) fleet: Option<RawFleet>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `path` and `name`")]
+pub(crate) struct RawFleet {
+    pub(crate) path: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -99,3 +99,22 @@ fn errors_name_file_line_column_and_field() {
     let bad = GOOD.replace("\"zk2:2181\"", "\"zk2\"");
     assert_eq!(errors(&bad), vec!["w.yaml:2:31: zookeeper.servers[1]: invalid server `zk2`: expected HOST:PORT"]);
 }
+
+#[test]
+fn the_fleet_key_names_a_path_and_this_node() -> Result<(), Error> {
+    assert_eq!(Config::parse(GOOD, "w.yaml")?.fleet, None, "no fleet unless asked for");
+    let named = Config::parse(&format!("{GOOD}fleet: {{ path: /com/example/lb, name: lb7 }}\n"), "w.yaml")?;
+    let fleet = named.fleet.expect("a fleet");
+    assert_eq!(fleet.node_path(), "/com/example/lb/lb7");
+    let host = Config::parse(&format!("{GOOD}fleet: {{ path: /com/example/lb }}\n"), "w.yaml")?;
+    assert!(!host.fleet.expect("a fleet").name.is_empty(), "the host's name by default");
+    let e = errors(&format!("{GOOD}fleet: {{ path: com/lb, name: a/b }}\n"));
+    assert!(e.iter().any(|l| l.starts_with("w.yaml:24:") && l.contains("fleet.path") && l.contains("com/lb")), "{e:?}");
+    let e = errors(&format!("{GOOD}fleet: {{ path: /lb, name: a/b }}\n"));
+    assert!(e.iter().any(|l| l.contains("fleet.name") && l.contains("`a/b`")), "{e:?}");
+    let e = errors(&format!("{GOOD}fleet: {{ name: x }}\n"));
+    assert!(e.iter().any(|l| l.contains("missing `fleet.path`")), "{e:?}");
+    let e = errors(&format!("{GOOD}fleet: {{ path: /lb, nodes: 3 }}\n"));
+    assert!(e.iter().any(|l| l.contains("nodes")), "{e:?}");
+    Ok(())
+}

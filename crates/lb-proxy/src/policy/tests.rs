@@ -48,7 +48,12 @@ backends:
 "#;
 
 fn setup() -> (FrontendPolicy, Patterns) {
-    let config = lb_config::Config::parse(CONFIG, "policy.yaml").expect("valid");
+    compiled(CONFIG)
+}
+
+/// The first frontend's policy of configuration `text`, and its lists and maps.
+fn compiled(text: &str) -> (FrontendPolicy, Patterns) {
+    let config = lb_config::Config::parse(text, "policy.yaml").expect("valid");
     let patterns = Patterns::new(&config.policy);
     let backends = Backends::new(&config);
     let policy = FrontendPolicy::new(
@@ -169,7 +174,7 @@ fn list_changes_apply_at_once() {
 /// `set_header` replaces every value a header had.
 #[test]
 fn rules_after_a_rewrite_see_the_new_head() {
-    let config = lb_config::Config::parse(
+    let (p, _) = compiled(
         r#"
 frontends:
   - name: fe
@@ -190,19 +195,7 @@ backends:
   - { name: old, servers: [{ name: o1, address: 127.0.0.1:1 }] }
   - { name: new, servers: [{ name: n1, address: 127.0.0.1:2 }] }
 "#,
-        "policy.yaml",
-    )
-    .expect("valid");
-    let patterns = Patterns::new(&config.policy);
-    let backends = Backends::new(&config);
-    let p = FrontendPolicy::new(
-        &config.frontends[0],
-        &config.policy,
-        &patterns,
-        &backends,
-        &crate::tables::Tables::default(),
-    )
-    .expect("compiles");
+    );
     let mut parts = request("GET", "/x", &[("host", "old.example.com:8080"), ("x-seen", "a"), ("x-seen", "b")]);
     assert_eq!(run(&p, &mut parts, "192.0.2.1:1").0, None);
     assert_eq!(parts.headers.get_all("x-seen").iter().collect::<Vec<_>>(), ["after"]);

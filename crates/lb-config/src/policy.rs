@@ -44,6 +44,29 @@ pub enum Condition {
     Test(Test),
 }
 
+impl Condition {
+    /// Whether some test of the condition, through its named conditions (`named`), passes `f`:
+    /// what a rule reads (the response, a header), asked by validation and by lb-proxy's compiler.
+    pub fn any_test(&self, named: &BTreeMap<String, Condition>, f: &mut impl FnMut(&Test) -> bool) -> bool {
+        self.any_test_within(named, f, 0)
+    }
+
+    fn any_test_within(
+        &self,
+        named: &BTreeMap<String, Condition>,
+        f: &mut impl FnMut(&Test) -> bool,
+        depth: usize,
+    ) -> bool {
+        match self {
+            Condition::All(cs) | Condition::Any(cs) => cs.iter().any(|c| c.any_test_within(named, f, depth)),
+            Condition::Not(c) => c.any_test_within(named, f, depth),
+            // Named conditions cannot loop once validated; the depth bounds one built by hand.
+            Condition::Named(n) => depth < 64 && named.get(n).is_some_and(|c| c.any_test_within(named, f, depth + 1)),
+            Condition::Test(t) => f(t),
+        }
+    }
+}
+
 /// One test: a value fetched from the request (or response, or connection) and a matcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Test {

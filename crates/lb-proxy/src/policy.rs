@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use http::{HeaderMap, Method, Uri};
-use lb_config::{Condition, Fetch, Frontend, Guard, Policy, ResponseAction, RouteTarget, UniqueId};
+use lb_config::{Fetch, Frontend, Guard, Policy, ResponseAction, RouteTarget, UniqueId};
 
 pub(crate) use actions::{Captured, Final};
 pub(crate) use patterns::{ListCell, MapCell, Patterns};
@@ -127,29 +127,6 @@ fn when(g: Option<&Guard>, policy: &Policy, patterns: &Patterns) -> Result<Optio
     g.map(|g| Ok(When { cond: compile(&g.condition, &policy.conditions, patterns, 0)?, negate: g.negate })).transpose()
 }
 
-/// Whether `c` tests request header `name`.
-fn tests_header(c: &Condition, policy: &Policy, name: &str, depth: usize) -> bool {
-    match c {
-        Condition::All(cs) | Condition::Any(cs) => cs.iter().any(|c| tests_header(c, policy, name, depth)),
-        Condition::Not(c) => tests_header(c, policy, name, depth),
-        Condition::Named(n) => {
-            depth < 64 && policy.conditions.get(n).is_some_and(|c| tests_header(c, policy, name, depth + 1))
-        }
-        Condition::Test(t) => t.fetch == Fetch::Header(name.to_owned()),
-    }
-}
-
-fn reads_request(c: &Condition, policy: &Policy, depth: usize) -> bool {
-    match c {
-        Condition::All(cs) | Condition::Any(cs) => cs.iter().any(|c| reads_request(c, policy, depth)),
-        Condition::Not(c) => reads_request(c, policy, depth),
-        Condition::Named(n) => {
-            depth < 64 && policy.conditions.get(n).is_some_and(|c| reads_request(c, policy, depth + 1))
-        }
-        Condition::Test(t) => !t.fetch.is_response(),
-    }
-}
-
 impl FrontendPolicy {
     /// Compiles `fe`'s rules against the configuration's named conditions and the live lists.
     /// Validation has checked every reference; what still fails (a configuration built by
@@ -191,7 +168,7 @@ impl FrontendPolicy {
         let connection = connection::compile(&fe.tcp_request, policy, patterns, tables)
             .map_err(|(i, e)| err(format!("tcp_request[{i}]"))(e))?;
         let response_reads_request = fe.http_response.iter().any(|r| {
-            r.guard.as_ref().is_some_and(|g| reads_request(&g.condition, policy, 0))
+            r.guard.as_ref().is_some_and(|g| g.condition.any_test(&policy.conditions, &mut |t| !t.fetch.is_response()))
                 || matches!(&r.action, ResponseAction::SetHeader(h) | ResponseAction::AddHeader(h)
                     if h.value.vars().any(|v| !matches!(v, lb_config::Var::Status | lb_config::Var::Fetch(Fetch::ResponseHeader(_)))))
         });
@@ -200,7 +177,9 @@ impl FrontendPolicy {
             .iter()
             .filter_map(|r| r.guard.as_ref())
             .chain(fe.http_request.iter().filter_map(|r| r.guard.as_ref()));
-        let reads_content_length = guards.clone().any(|g| tests_header(&g.condition, policy, "content-length", 0));
+        let reads_content_length = guards.clone().any(|g| {
+            g.condition.any_test(&policy.conditions, &mut |t| t.fetch == Fetch::Header("content-length".to_owned()))
+        });
         Ok(FrontendPolicy {
             reads_content_length,
             routes,

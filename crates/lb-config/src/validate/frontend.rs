@@ -166,7 +166,7 @@ fn rule(ctx: &mut Checker<'_>, path: &str, raw: &RawRule, names: &Names<'_>, pol
     }
     let guard = guard(ctx, path, raw.if_.as_ref(), raw.unless.as_ref(), names);
     if let Some(g) = &guard {
-        if tests_response(&g.condition, &policy.conditions, 0) {
+        if tests_response(&g.condition, &policy.conditions) {
             ctx.error(path, "this condition tests the response (status, response_header): a backend is chosen before");
         }
     }

@@ -42,7 +42,13 @@ pub(super) type Answer = (Box<Response<ResponseBody>>, std::time::Duration);
 pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts) -> Result<Exchange, Answer> {
     let ctx = ex.ctx.clone();
     let policy = &ctx.fe.policy;
-    let facts = ex.policy.get_or_insert_with(Box::default);
+    // The exchange gets a box for its facts only when they outlive the rules (an ID, tracked
+    // entries); a frontend whose rules only rewrite or refuse allocates none per request.
+    let mut local = None;
+    let facts: &mut PolicyFacts = match ex.policy.as_deref_mut() {
+        Some(facts) => facts,
+        None => local.insert(PolicyFacts::default()),
+    };
     if let Some(uid) = &policy.unique_id {
         let id = unique_id(uid, parts, &ctx);
         if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(uid.header.as_bytes()), HeaderValue::from_str(&id))
@@ -60,6 +66,9 @@ pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts)
         &mut facts.captured,
         &mut facts.tracked,
     );
+    if let Some(facts) = local.filter(|f| f.unique_id.is_some() || !f.tracked.is_empty() || f.tracked.delay_ms > 0) {
+        ex.policy = Some(Box::new(facts));
+    }
     let Some(outcome) = outcome else {
         return Ok(ex);
     };
@@ -125,7 +134,9 @@ fn refusal(
 /// Runs the `http_response` rules on the server's response head; `Some` when one denies it.
 pub(super) fn response_policy(ex: &mut Exchange, parts: &mut http::response::Parts) -> Option<Reply> {
     let ctx = ex.ctx.clone();
-    let facts = ex.policy.get_or_insert_with(Box::default);
+    // Without a box (nothing captured, no ID, no request kept) the rules run on empty facts.
+    let mut local = PolicyFacts::default();
+    let facts = ex.policy.as_deref_mut().unwrap_or(&mut local);
     let req = facts.request.as_ref().map(|(method, uri, headers)| RequestView { method, uri, headers });
     let status = parts.status.as_u16();
     let reply = ctx.fe.policy.on_response(

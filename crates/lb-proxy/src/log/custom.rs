@@ -17,6 +17,8 @@ use crate::policy::{render, Vars};
 struct LogVars<'r, 'a, Tz> {
     rec: &'r HttpLog<'a>,
     tz: &'r Tz,
+    /// The request line's method, URI and version, cut once per line (not per variable).
+    line: [Option<&'r str>; 3],
 }
 
 impl<Tz> Vars for LogVars<'_, '_, Tz>
@@ -26,8 +28,7 @@ where
 {
     fn write(&self, var: &Var, out: &mut String) -> bool {
         let r = self.rec;
-        let mut parts = r.request_line.splitn(3, ' ');
-        let (method, uri, version) = (parts.next(), parts.next(), parts.next());
+        let [method, uri, version] = self.line;
         let num = |out: &mut String, n: i64| write!(out, "{n}").is_ok();
         match var {
             Var::ClientIp => r.facts.client.is_some_and(|c| write!(out, "{}", c.ip()).is_ok()),
@@ -165,7 +166,8 @@ where
     Tz: TimeZone,
     Tz::Offset: Display,
 {
-    let vars = LogVars { rec, tz };
+    let mut parts = rec.request_line.splitn(3, ' ');
+    let vars = LogVars { rec, tz, line: [parts.next(), parts.next(), parts.next()] };
     match format {
         AccessLogFormat::Text(t) => render(t, &vars, out),
         AccessLogFormat::Json(fields) => {

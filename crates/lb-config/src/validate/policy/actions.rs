@@ -31,7 +31,7 @@ pub(in crate::validate) fn request_rules(
         let at = item(path, i);
         let Some((key, arg, guard)) = split_rule(ctx, &at, value, names) else { continue };
         if let Some(g) = &guard {
-            if tests_response(&g.condition, named, 0) {
+            if tests_response(&g.condition, named) {
                 ctx.error(
                     &at,
                     "this condition tests the response (status, response_header): use it in `http_response`",

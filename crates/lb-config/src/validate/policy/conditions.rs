@@ -299,12 +299,6 @@ fn one_line(message: &str) -> String {
 pub(in crate::validate) fn tests_response(
     condition: &Condition,
     named: &std::collections::BTreeMap<String, Condition>,
-    depth: usize,
 ) -> bool {
-    match condition {
-        Condition::All(c) | Condition::Any(c) => c.iter().any(|c| tests_response(c, named, depth)),
-        Condition::Not(c) => tests_response(c, named, depth),
-        Condition::Named(n) => depth < 64 && named.get(n).is_some_and(|c| tests_response(c, named, depth + 1)),
-        Condition::Test(t) => t.fetch.is_response(),
-    }
+    condition.any_test(named, &mut |t| t.fetch.is_response())
 }

@@ -100,7 +100,9 @@ async fn the_share_served_is_the_share_asked_over_ten_thousand_connections() {
     const CONNECTIONS: u64 = 10_000;
     let (old, new) = (TestServer::start("old"), TestServer::start("new"));
     let proxy = ProxyProcess::start_with(1, config(old.addr(), "", "", "30s"));
-    for share in [10u64, 50] {
+    // 30 % beside the 10 and 50: at 50 % a split with its sides swapped would still serve
+    // half, and only an uneven share tells them apart.
+    for share in [10u64, 30, 50] {
         proxy.write_config(&config(new.addr(), "", "", "30s")(proxy.ports()));
         let reload = reload_in_background(&proxy, &["--canary", &format!("{share}%"), "--for", "10m"]);
         canary_pid(&proxy).await;
@@ -109,9 +111,12 @@ async fn the_share_served_is_the_share_asked_over_ten_thousand_connections() {
         let served = by_server.get("new").copied().unwrap_or(0);
         let served_points = served as f64 * 100.0 / CONNECTIONS as f64;
         println!("canary of {share}%: the new worker served {served} of {CONNECTIONS} ({served_points:.2}%)");
+        // Each worker's counter keeps its share exactly (the ±3 points asked of it are met with
+        // room to spare): a few connections of slack, for the ones in flight at the switch.
+        let expected = CONNECTIONS * share / 100;
         assert!(
-            (served_points - share as f64).abs() <= 3.0,
-            "asked {share}%, served {served_points:.2}% ({by_server:?})"
+            served.abs_diff(expected) <= 10,
+            "asked {share}%, served {served} of {CONNECTIONS} ({served_points:.2}%, {by_server:?})"
         );
         // Ended by hand: the canary drains, the reload fails for whoever waited.
         let rolled = proxy.lbctl(&["rollback"]).await;

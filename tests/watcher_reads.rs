@@ -177,6 +177,8 @@ async fn a_reconnection_and_an_expiry_each_cost_one_whole_read() {
     assert_eq!(servers_in(dir.path()).len(), INITIAL);
 }
 
+// The missed events are injected by a fault hook that only debug builds have.
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_finds_and_repairs_what_the_watch_missed() {
     let (zk, dir, client) = registered_at_start(Duration::from_secs(10)).await;

@@ -86,6 +86,6 @@ pub use protocol::{
     CanaryRecord, ProcEntry, ProcTable, Request, Response, Role, RuntimeResult, Settings, VerdictEntry,
 };
 pub use quiet::Quiet;
-pub use runtime::{split_commands, MasterLink, Runtime, RuntimeEndpoints};
+pub use runtime::{split_commands, unframe, MasterLink, Runtime, RuntimeEndpoints};
 pub use secret::{Secret, SecretSpec};
 pub use shutdown::{channel as shutdown_channel, finish_when_drained, Phase, Shutdown, ShutdownHandle};

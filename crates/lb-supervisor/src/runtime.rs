@@ -168,6 +168,26 @@ fn framed(output: &str) -> String {
     text
 }
 
+/// The answers of a multi-command response, in order, as [`framed`] wrote them: an answer is
+/// the lines up to an empty line, and an empty answer (a command that succeeds silently) is
+/// that empty line alone. Clients that send several commands (lb-watcher) read them with this.
+pub fn unframe(text: &str) -> Vec<String> {
+    let mut answers = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            answers.push(current.join("\n"));
+            current.clear();
+        } else {
+            current.push(line);
+        }
+    }
+    if !current.is_empty() {
+        answers.push(current.join("\n"));
+    }
+    answers
+}
+
 /// What the master does with a request (its control handler).
 pub(crate) type Forward =
     Arc<dyn Fn(Request) -> std::pin::Pin<Box<dyn Future<Output = Response> + Send>> + Send + Sync>;
@@ -490,5 +510,16 @@ mod tests {
         assert_eq!(read_through(&mut s, "> ").await, "did show info\n\n> ");
         s.write_all(b"show stat; prompt\n").await.expect("send");
         assert_eq!(rest(&mut s).await, "did show stat\n\n");
+    }
+}
+
+#[cfg(test)]
+mod unframe_tests {
+    use super::*;
+
+    #[test]
+    fn silent_answers_are_kept_in_their_place() {
+        let text: String = ["", "No such server.", "", "Done."].iter().map(|a| framed(a)).collect();
+        assert_eq!(unframe(&text), ["", "No such server.", "", "Done."]);
     }
 }

@@ -79,11 +79,12 @@ impl Runtime for Handler {
 
     fn snapshot(&self) -> Option<String> {
         let counters = self.stats.snapshot();
+        let budget = crate::sessions::HANDED_BYTES / self.config.frontends.len().max(1);
         let sessions = self
             .config
             .frontends
             .iter()
-            .filter_map(|fe| Some((fe.bind.to_string(), fe.acceptor.sessions.as_ref()?.export())))
+            .filter_map(|fe| Some((fe.bind.to_string(), fe.acceptor.sessions.as_ref()?.export(budget))))
             .collect();
         let handover = Handover { counters, sessions };
         let text = serde_json::to_string(&handover).ok();

@@ -15,9 +15,10 @@ use openssl::ssl::{SslContext, SslContextBuilder, SslSession};
 
 use crate::ffi;
 
-/// The most session bytes (hex) one frontend hands on: a reload's snapshot is one message of
-/// the master's channel (16 MiB at most), counters included. The newest sessions go first.
-const HANDED_BYTES: usize = 4 << 20;
+/// The most session bytes (hex) all frontends together hand on: a reload's snapshot is one
+/// message of the master's channel (64 MiB at most), counters included, whatever the number of
+/// frontends. Each frontend gets an equal part; the newest sessions go first.
+pub(crate) const HANDED_BYTES: usize = 16 << 20;
 
 /// The sessions in a frontend's cache, by ID, and their order of arrival.
 #[derive(Debug, Default)]
@@ -73,9 +74,9 @@ impl Mirror {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).sessions.remove(id);
     }
 
-    /// The sessions still good now, newest first, each as hex of its DER form, within
-    /// [`HANDED_BYTES`].
-    pub(crate) fn export(&self) -> Vec<String> {
+    /// The sessions still good now, newest first, each as hex of its DER form, within `budget`
+    /// bytes (this frontend's part of [`HANDED_BYTES`]).
+    pub(crate) fn export(&self, budget: usize) -> Vec<String> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let cached = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
@@ -90,7 +91,7 @@ impl Mirror {
             }
             let Ok(der) = session.to_der() else { continue };
             bytes += 2 * der.len();
-            if bytes > HANDED_BYTES {
+            if bytes > budget {
                 break;
             }
             out.push(hex(&der));

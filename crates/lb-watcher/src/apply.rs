@@ -176,7 +176,8 @@ impl Applier {
                 Response::Error { message } if chunk.len() == 1 => outcomes.push(Err(message.trim().to_owned())),
                 // Some refused: each command's answer is followed by an empty line.
                 Response::Error { message } => {
-                    let answers: Vec<&str> = message.split("\n\n").filter(|a| !a.trim().is_empty()).collect();
+                    // A silent success is an empty answer, kept in its place.
+                    let answers = lb_supervisor::unframe(&message);
                     if answers.len() != chunk.len() {
                         return Err(failed(format!(
                             "{} answers to {} commands: {message}",

@@ -59,10 +59,6 @@ impl Shard {
         Shard { head: END, tail: END, ..Shard::default() }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     /// Whether `slot` holds `key`'s entry, in use (a holder's hint that is still right).
     pub(crate) fn holds(&self, slot: u32, key: &Key) -> bool {
         self.metas.get(slot as usize).is_some_and(|m| m.refs > 0 && m.key == *key)

@@ -342,8 +342,16 @@ fn a_reload_hands_entries_over_and_then_what_was_counted_after() {
     let other = Tables::new(&[changed]);
     handover::import(&other, &text);
     assert_eq!(other.get("per_ip").expect("table").used(), 0);
-    handover::import(&other, "not base64 at all!");
-    handover::import(&other, &text[..text.len() / 2]);
+    let same = Tables::new(std::slice::from_ref(&cfg));
+    handover::import(&same, "not base64 at all!");
+    handover::import(&same, &text[..text.len() / 2]);
+    assert_eq!(same.get("per_ip").expect("table").used(), 0, "garbage is refused whole");
+    // Another limit_req rate keeps the entries: the cells are the same.
+    let mut faster = cfg.clone();
+    faster.bucket = Some(Bucket { rate: 20, per: Duration::from_secs(1), burst: 50, nodelay: true, delay: 0 });
+    let kept = Tables::new(&[faster]);
+    handover::import(&kept, &text);
+    assert_eq!(kept.get("per_ip").expect("table").used(), 300, "a changed rate keeps the counts");
 }
 
 fn fleet_tables() -> Tables {

@@ -123,8 +123,12 @@ pub(super) fn mark(ctx: &mut Checker<'_>, field: &str, arg: &Value, with_value: 
     let allowed: &[&str] = if with_value { &["slot", "index", "value"] } else { &["slot", "index"] };
     unknown_keys(ctx, field, map, allowed);
     let slot = slot(ctx, field, map)?;
-    let index =
-        ctx.int(field, "index", map.get("index").map_or(Some(0), Value::as_i64), 0..=i64::from(GENERAL_PURPOSE) - 1)?;
+    let index = ctx.int(
+        field,
+        "index",
+        map.get("index").map_or(Some(0), |v| v.as_i64().or(Some(-1))),
+        0..=i64::from(GENERAL_PURPOSE) - 1,
+    )?;
     let value = if with_value {
         let Some(v) = map.get("value") else {
             ctx.error(field, "missing `value` (the tag's value, 0 to 4294967295)");

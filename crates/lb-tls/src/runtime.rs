@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lb_supervisor::report::Format;
-use lb_supervisor::{Runtime, RuntimeResult};
+use lb_supervisor::{Runtime, RuntimeResult, Secret};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
@@ -33,12 +33,12 @@ pub(crate) struct Handler {
 }
 
 /// What a worker hands the next one at a reload: its counters, and the live sessions of each
-/// frontend's session-ID cache (hex of their DER form, newest first), both by frontend `bind`.
+/// frontend's session-ID cache (their DER form, newest first), both by frontend `bind`.
 #[derive(Debug, Serialize, Deserialize)]
 struct Handover {
     counters: Snapshot,
     #[serde(default)]
-    sessions: BTreeMap<String, Vec<String>>,
+    sessions: BTreeMap<String, Vec<Secret>>,
 }
 
 impl Handler {
@@ -46,7 +46,7 @@ impl Handler {
         Handler { stats, process, config, handed: Mutex::new(None) }
     }
 
-    fn take_sessions(&self, handed: &BTreeMap<String, Vec<String>>) {
+    fn take_sessions(&self, handed: &BTreeMap<String, Vec<Secret>>) {
         for fe in &self.config.frontends {
             let bind = fe.bind.to_string();
             if let (Some(mirror), Some(list)) = (&fe.acceptor.sessions, handed.get(&bind)) {

@@ -11,11 +11,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use lb_supervisor::Secret;
 use openssl::ssl::{SslContext, SslContextBuilder, SslSession};
 
 use crate::ffi;
 
-/// The most session bytes (hex) all frontends together hand on: a reload's snapshot is one
+/// The most session bytes (as hex on the channel) all frontends together hand on: a reload's snapshot is one
 /// message of the master's channel (64 MiB at most), counters included, whatever the number of
 /// frontends. Each frontend gets an equal part; the newest sessions go first.
 pub(crate) const HANDED_BYTES: usize = 16 << 20;
@@ -74,9 +75,10 @@ impl Mirror {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).sessions.remove(id);
     }
 
-    /// The sessions still good now, newest first, each as hex of its DER form, within `budget`
-    /// bytes (this frontend's part of [`HANDED_BYTES`]).
-    pub(crate) fn export(&self, budget: usize) -> Vec<String> {
+    /// The sessions still good now, newest first, each in its DER form (a [`Secret`]: zeroed
+    /// when dropped, hex on the channel), within `budget` bytes of hex (this frontend's part of
+    /// [`HANDED_BYTES`]).
+    pub(crate) fn export(&self, budget: usize) -> Vec<Secret> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let cached = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
@@ -94,7 +96,7 @@ impl Mirror {
             if bytes > budget {
                 break;
             }
-            out.push(hex(&der));
+            out.push(Secret::new(der));
         }
         out
     }
@@ -103,39 +105,15 @@ impl Mirror {
     /// [`export`](Self::export) made in the previous worker, oldest first so that the newest
     /// are the last to go; how many it took (a session the library does not read, or one
     /// already there, is skipped).
-    pub(crate) fn import(&self, ctx: &SslContext, handed: &[String]) -> usize {
+    pub(crate) fn import(&self, ctx: &SslContext, handed: &[Secret]) -> usize {
         let mut taken = 0;
-        for text in handed.iter().rev() {
-            let Some(der) = unhex(text) else { continue };
-            let Ok(session) = SslSession::from_der(&der) else { continue };
+        for der in handed.iter().rev() {
+            let Ok(session) = SslSession::from_der(der.bytes()) else { continue };
             if ffi::add_session(ctx, &session) {
                 self.add(session);
                 taken += 1;
             }
         }
         taken
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    bytes.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)] as char, DIGITS[usize::from(b & 15)] as char]).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    text.as_bytes().chunks(2).map(|pair| Some(digit(*pair.first()?)? << 4 | digit(*pair.get(1)?)?)).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hex_goes_both_ways_and_refuses_what_is_not_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(&hex(&bytes)), Some(bytes));
-        assert_eq!(unhex("0g"), None);
-        assert_eq!(unhex("abc"), None, "an odd length");
     }
 }

@@ -30,21 +30,21 @@ pub(crate) fn is_flag(flags: &[&str], setting: &str) -> bool {
 }
 
 /// A time: a number with `us`, `ms`, `s`, `m`, `h` or `d`; without a unit, milliseconds (a
-/// trap: `timeout client 30` is 30 ms).
+/// trap: `timeout client 30` is 30 ms). lb's own syntax covers all but HAProxy's `us` and `d`.
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits);
-    let n: u64 = number.parse().map_err(|_| format!("`{text}` is not a time (a number and a unit: 30s, 500ms)"))?;
-    let d = match unit {
-        "us" => Duration::from_micros(n),
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        "d" => Duration::from_secs(n.saturating_mul(86_400)),
-        _ => return Err(format!("`{text}`: unknown time unit `{unit}` (us, ms, s, m, h, d)")),
-    };
-    Ok(d)
+    let count =
+        || number.parse::<u64>().map_err(|_| format!("`{text}` is not a time (a number and a unit: 30s, 500ms)"));
+    match unit {
+        "us" => Ok(Duration::from_micros(count()?)),
+        "d" => Ok(Duration::from_secs(count()?.saturating_mul(86_400))),
+        "" | "ms" | "s" | "m" | "h" => {
+            count()?;
+            lb_config::parse_duration(text)
+        }
+        _ => Err(format!("`{text}`: unknown time unit `{unit}` (us, ms, s, m, h, d)")),
+    }
 }
 
 /// A count: a plain non-negative number.

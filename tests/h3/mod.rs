@@ -2,9 +2,9 @@
 //! TLS facts; lb-tls with HTTPS and HTTP/3 on one port number, two certificates) and the
 //! aioquic client (`client.py` beside this file; scripts/install-deps test installs aioquic).
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use lb_testkit::certs::TestCerts;
 use lb_testkit::{ProxyProcess, TestServer, TlsProcess};
@@ -97,22 +97,94 @@ pub(crate) fn h3_session(
     requests: &Value,
     ticket: Option<&Path>,
 ) -> (bool, Vec<Value>) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join("target/tools/pyenv/bin/python");
-    let mut child = Command::new(&python)
-        .arg(root.join("tests/h3/client.py"))
-        .args(["127.0.0.1", &port.to_string(), sni])
-        .arg(ca)
-        .args(ticket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{} (scripts/install-deps test installs aioquic): {e}", python.display()));
+    let mut child = client(port, sni, ca, ticket, &[]);
     child.stdin.take().expect("stdin").write_all(requests.to_string().as_bytes()).expect("to the client");
     let out = child.wait_with_output().expect("the HTTP/3 client");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the HTTP/3 client failed: {stderr}");
     let result: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
     (result["resumed"] == true, result["responses"].as_array().cloned().unwrap_or_default())
+}
+
+/// The aioquic client with its arguments, stdin and stdout piped.
+fn client(port: u16, sni: &str, ca: &Path, ticket: Option<&Path>, flags: &[&str]) -> Child {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join("target/tools/pyenv/bin/python");
+    Command::new(&python)
+        .arg(root.join("tests/h3/client.py"))
+        .args(["127.0.0.1", &port.to_string(), sni])
+        .arg(ca)
+        .args(ticket)
+        .args(flags)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} (scripts/install-deps test installs aioquic): {e}", python.display()))
+}
+
+/// One QUIC connection kept open by the aioquic client (`client.py --session`), driven a
+/// command at a time: requests, a migration to a new source port, its state.
+#[allow(dead_code)]
+pub(crate) struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+#[allow(dead_code)]
+impl Session {
+    /// A connection to `port` as `api.example.test`; with `early`, the first requests go in
+    /// 0-RTT when `ticket` allows.
+    pub(crate) fn open(port: u16, ca: &Path, ticket: Option<PathBuf>, early: bool) -> Session {
+        let flags: &[&str] = if early { &["--session", "--early"] } else { &["--session"] };
+        let mut child = client(port, "api.example.test", ca, ticket.as_deref(), flags);
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Session { child, stdin, stdout }
+    }
+
+    fn ask(&mut self, command: &Value) -> Value {
+        let stdin = self.stdin.as_mut().expect("the session is open");
+        writeln!(stdin, "{command}").expect("to the client");
+        let mut line = String::new();
+        let read = self.stdout.read_line(&mut line).expect("from the client");
+        if read == 0 {
+            let mut stderr = String::new();
+            if let Some(mut e) = self.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+            }
+            panic!("the HTTP/3 client ended: {stderr}");
+        }
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    /// The responses to `requests`, sent at once (a failed one: `status` null and `error`).
+    pub(crate) fn requests(&mut self, requests: &Value) -> Vec<Value> {
+        self.ask(&serde_json::json!({ "requests": requests }))["responses"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Sends from a new socket (a new source port) with a new connection ID; the new port.
+    pub(crate) fn migrate(&mut self) -> u16 {
+        let port = self.ask(&serde_json::json!({ "migrate": true }))["port"].as_u64().expect("a port");
+        u16::try_from(port).expect("a port")
+    }
+
+    /// `goaway` (the last GOAWAY's stream ID, or null), `closed`, `resumed`, `early_data_accepted`.
+    pub(crate) fn state(&mut self) -> Value {
+        self.ask(&serde_json::json!({ "state": true }))
+    }
+
+    /// Closes the connection; whether the client ended well.
+    pub(crate) fn close(mut self) -> bool {
+        drop(self.stdin.take());
+        self.child.wait().is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
 }

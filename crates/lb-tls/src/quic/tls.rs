@@ -73,6 +73,8 @@ pub(crate) struct Seen {
     pub(crate) cipher: Option<&'static str>,
     /// A ticket of ours was opened: the session resumed.
     pub(crate) resumed: bool,
+    /// No certificate for the name asked, and `sni_nomatch_abort`.
+    pub(crate) sni_refused: bool,
 }
 
 pub(crate) type Chosen = Arc<Mutex<Seen>>;
@@ -124,7 +126,10 @@ impl ResolvesServerCert for Resolver {
             None => 0,
             Some(name) => match self.table.index.lookup(name) {
                 Some(i) => i,
-                None if self.table.nomatch_abort => return None,
+                None if self.table.nomatch_abort => {
+                    note(&self.cipher, |seen| seen.sni_refused = true);
+                    return None;
+                }
                 None => 0,
             },
         };

@@ -24,9 +24,9 @@ async fn a_client_that_changes_its_source_port_keeps_its_connection() {
     let state = tokio::task::block_in_place(|| session.state());
     assert_eq!(state["closed"], false, "{state}");
     // The worker took a connected socket towards the client's new port, and counted the move.
-    let remote = connected_udp_remote_ports(port);
+    let remote = h3::connected_udp_peers(port);
     assert!(remote.contains(&new_port), "a connected socket towards port {new_port}: {remote:?}");
-    assert_eq!(quic_stat(&stack, "quic_conn_migration_done"), 1);
+    assert_eq!(stack.stat("quic_conn_migration_done"), 1);
 
     // A reload during a request: the connection stays with its worker, which reads the client's
     // new port on its connected socket (the shared one is the new worker's now); the request
@@ -43,28 +43,4 @@ async fn a_client_that_changes_its_source_port_keeps_its_connection() {
     let _stack = reloaded.await.expect("the reload");
     let state = tokio::task::block_in_place(|| session.state());
     assert!(state["goaway"].is_u64(), "the draining worker sent GOAWAY: {state}");
-}
-
-/// A UDP frontend's `show stat` column.
-fn quic_stat(stack: &Stack, column: &str) -> serde_json::Value {
-    let out = lb_testkit::lbctl::lbctl_blocking(&stack.tls.control_socket(), &["--json", "show", "stat"]);
-    let rows: serde_json::Value = serde_json::from_str(&out.stdout).expect("show stat JSON");
-    let udp = format!("udp:127.0.0.1:{}", stack.port);
-    let row = rows.as_array().and_then(|r| r.iter().find(|r| r["pxname"] == udp.as_str())).expect("the UDP row");
-    row[column].clone()
-}
-
-/// The peer ports of this host's UDP sockets bound to `port` and connected (IPv4).
-fn connected_udp_remote_ports(port: u16) -> Vec<u16> {
-    let text = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (local, remote) = (fields.get(1)?, fields.get(2)?);
-            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-            let remote_port = u16::from_str_radix(remote.rsplit(':').next()?, 16).ok()?;
-            (local_port == port && remote_port != 0).then_some(remote_port)
-        })
-        .collect()
 }

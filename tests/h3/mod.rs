@@ -23,12 +23,27 @@ pub(crate) struct Stack {
 
 impl Stack {
     pub(crate) fn start() -> Stack {
+        Stack::start_quic("")
+    }
+
+    /// As [`Stack::start`], the UDP frontend with these `quic:` settings (YAML flow mapping).
+    pub(crate) fn start_quic(quic: &str) -> Stack {
         let certs = TestCerts::new();
         let api = TestServer::start("api");
         let proxy = proxy(&api);
-        let tls = tls(&certs, &proxy.addr().to_string());
+        let tls = tls(&certs, &proxy.addr().to_string(), quic);
         let port = tls.addr().port();
         Stack { certs, api, proxy, tls, port }
+    }
+
+    /// The UDP frontend's `show stat` column.
+    #[allow(dead_code)]
+    pub(crate) fn stat(&self, column: &str) -> Value {
+        let out = lb_testkit::lbctl::lbctl_blocking(&self.tls.control_socket(), &["--json", "show", "stat"]);
+        let rows: Value = serde_json::from_str(&out.stdout).expect("show stat JSON");
+        let udp = format!("udp:127.0.0.1:{}", self.port);
+        let row = rows.as_array().and_then(|r| r.iter().find(|r| r["pxname"] == udp.as_str())).expect("the UDP row");
+        row[column].clone()
     }
 
     /// [`h3_session`] to this stack as `api.example.test`.
@@ -61,10 +76,11 @@ backends:
 }
 
 /// HTTPS on TCP and HTTP/3 on UDP, on the same port number, as on 443.
-fn tls(certs: &TestCerts, backend: &str) -> TlsProcess {
+fn tls(certs: &TestCerts, backend: &str, quic: &str) -> TlsProcess {
     let api = certs.server("api", &["api.example.test"]).display().to_string();
     let admin = certs.server("admin", &["admin.example.test"]).display().to_string();
     let backend = backend.to_owned();
+    let quic = if quic.is_empty() { String::new() } else { format!("\n    quic: {quic}") };
     TlsProcess::start_with(1, move |ports| {
         format!(
             r#"global:
@@ -76,7 +92,7 @@ backend:
   address: "{backend}"
 frontends:
   - bind: "127.0.0.1:{port}"
-  - bind: "udp:127.0.0.1:{port}"
+  - bind: "udp:127.0.0.1:{port}"{quic}
 "#,
             port = ports[0]
         )
@@ -187,4 +203,35 @@ impl Drop for Session {
         drop(self.stdin.take());
         let _ = self.child.wait();
     }
+}
+
+/// Sends `count` QUIC Initial packets to `port`, each a new connection attempt from a source
+/// port of its own, never followed up (`flood.py`).
+#[allow(dead_code)]
+pub(crate) fn flood(port: u16, count: usize) -> usize {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("target/tools/pyenv/bin/python"))
+        .arg(root.join("tests/h3/flood.py"))
+        .args(["127.0.0.1", &port.to_string(), &count.to_string()])
+        .output()
+        .expect("the flood sender");
+    assert!(out.status.success(), "flood.py: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().expect("a count")
+}
+
+/// The peer ports of this host's UDP sockets bound to `port` and connected (IPv4): lb-tls's
+/// sockets for its QUIC connections.
+#[allow(dead_code)]
+pub(crate) fn connected_udp_peers(port: u16) -> Vec<u16> {
+    let text = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote) = (fields.get(1)?, fields.get(2)?);
+            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+            let remote_port = u16::from_str_radix(remote.rsplit(':').next()?, 16).ok()?;
+            (local_port == port && remote_port != 0).then_some(remote_port)
+        })
+        .collect()
 }

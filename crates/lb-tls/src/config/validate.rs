@@ -282,11 +282,7 @@ fn quic_settings(ctx: &mut Checker<'_>, path: &str, raw: &RawQuic) -> Option<Qui
         None => Some(default.max_streams),
         Some(n) => ctx.int(path, "max_streams", Some(n), 1..=10_000).map(|n| n as u32),
     };
-    Some(QuicSettings {
-        zero_rtt: raw.zero_rtt.unwrap_or(default.zero_rtt),
-        retry_threshold: retry_threshold?,
-        max_streams: max_streams?,
-    })
+    Some(QuicSettings { retry_threshold: retry_threshold?, max_streams: max_streams? })
 }
 
 /// What a UDP (QUIC) frontend cannot do: QUIC is TLS 1.3 only, and neither a PROXY header in

@@ -17,6 +17,12 @@ command a line, each answered by one JSON line on stdout:
 
 and at the end of stdin the connection closes. With --early, the first command's requests go
 before the handshake completes: in 0-RTT early data when the ticket allows it.
+
+With --load COUNT SECONDS, sends COUNT requests (GET /echo?load, four at once) within SECONDS
+as a client that follows RFC 9114 does: after a GOAWAY it opens the next requests on a new
+connection (resuming the session), and retries only requests the server says it did not
+process (reset with H3_REQUEST_REJECTED, or at or past the GOAWAY's stream ID); prints
+{"ok", "failed", "retried", "connections", "goaways", "errors"}.
 """
 
 import asyncio
@@ -34,7 +40,17 @@ from aioquic.buffer import Buffer
 from aioquic.h3.connection import H3_ALPN, FrameType, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated
+from aioquic.quic.events import ConnectionTerminated, StreamReset
+
+H3_REQUEST_REJECTED = 0x10B
+
+
+class Failed(Exception):
+    """A request without a whole response: its stream, and the reset code if it was reset."""
+
+    def __init__(self, stream, why, code=None):
+        super().__init__(f"stream {stream}: {why!r}")
+        self.stream, self.code = stream, code
 
 
 class Observing(H3Connection):
@@ -57,6 +73,10 @@ class Client(QuicConnectionProtocol):
         self.closed = False
 
     def quic_event_received(self, event):
+        if isinstance(event, StreamReset) and event.stream_id in self.waiting:
+            done = self.waiting.pop(event.stream_id)
+            if not done.done():
+                done.set_exception(Failed(event.stream_id, "reset", event.error_code))
         if isinstance(event, ConnectionTerminated):
             self.closed = True
             for done in self.waiting.values():
@@ -88,7 +108,12 @@ class Client(QuicConnectionProtocol):
         done = asyncio.get_running_loop().create_future()
         self.waiting[stream] = done
         self.transmit()
-        await asyncio.wait_for(done, 20)
+        try:
+            await asyncio.wait_for(done, 20)
+        except Failed:
+            raise
+        except Exception as e:
+            raise Failed(stream, e)
         response = self.responses.pop(stream)
         status = next((int(v) for n, v in response["headers"] if n == ":status"), None)
         data = response["body"]
@@ -118,6 +143,46 @@ class Client(QuicConnectionProtocol):
                 "early_data_accepted": self._quic.tls.early_data_accepted}
 
 
+def retryable(client, failure):
+    """Whether RFC 9114 says the server did not process the request (§4.1.1, §5.2)."""
+    if not isinstance(failure, Failed):
+        return False
+    if failure.code == H3_REQUEST_REJECTED:
+        return True
+    return client.h3.goaway is not None and failure.stream >= client.h3.goaway
+
+
+async def load(host, port, authority, configuration, count, seconds):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    totals = {"ok": 0, "failed": 0, "retried": 0, "connections": 0, "goaways": 0, "errors": []}
+    ticket = []
+    while count > 0 and loop.time() < deadline:
+        config = configuration()
+        config.session_ticket = ticket[-1] if ticket else None
+        totals["connections"] += 1
+        async with connect(host, port, configuration=config, create_protocol=Client,
+                           session_ticket_handler=ticket.append) as client:
+            while count > 0 and loop.time() < deadline and not client.closed:
+                results = await asyncio.gather(*(
+                    client.request(authority, "GET", "/echo?load", b"") for _ in range(min(4, count))),
+                    return_exceptions=True)
+                for result in results:
+                    if isinstance(result, dict) and result["status"] == 200:
+                        totals["ok"] += 1
+                        count -= 1
+                    elif retryable(client, result):
+                        totals["retried"] += 1
+                    else:
+                        totals["failed"] += 1
+                        totals["errors"].append(repr(result)[:300])
+                        count -= 1
+                if client.h3.goaway is not None:
+                    totals["goaways"] += 1
+                    break
+    return totals
+
+
 def lines():
     for line in sys.stdin:
         if line.strip():
@@ -130,6 +195,8 @@ def say(value):
 
 async def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--load" in sys.argv:
+        args = sys.argv[1:sys.argv.index("--load")]
     session, early = "--session" in sys.argv, "--early" in sys.argv
     host, port, server_name, ca = args[0], int(args[1]), args[2], args[3]
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=server_name)
@@ -146,6 +213,18 @@ async def main():
                 pickle.dump(ticket, f)
 
     authority = f"{server_name}:{port}"
+    if "--load" in sys.argv:
+        at = sys.argv.index("--load")
+        count, seconds = int(sys.argv[at + 1]), float(sys.argv[at + 2])
+
+        def configuration():
+            c = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=server_name)
+            c.verify_mode = ssl.CERT_REQUIRED
+            c.load_verify_locations(ca)
+            return c
+
+        say(await load(host, port, authority, configuration, count, seconds))
+        return
     commands = lines() if session else iter([{"requests": json.load(sys.stdin)}])
     async with connect(host, port, configuration=config, create_protocol=Client,
                        session_ticket_handler=save_ticket, wait_connected=not early) as client:

@@ -235,3 +235,15 @@ pub(crate) fn connected_udp_peers(port: u16) -> Vec<u16> {
         })
         .collect()
 }
+
+/// `count` requests within `seconds` to `port` by a client that follows RFC 9114 across
+/// GOAWAYs (`client.py --load`): `ok`, `failed`, `retried`, `connections`, `goaways`, `errors`.
+#[allow(dead_code)]
+pub(crate) fn load(port: u16, ca: &Path, count: usize, seconds: u64) -> Value {
+    let (count, seconds) = (count.to_string(), seconds.to_string());
+    let child = client(port, "api.example.test", ca, None, &["--load", &count, &seconds]);
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the HTTP/3 client failed: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}

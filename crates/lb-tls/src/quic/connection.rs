@@ -20,6 +20,9 @@ use crate::stats::{Failure, FrontendStats, Quic};
 
 /// How often an idle connection looks whether its client moved (a request looks at once).
 const FOLLOW: Duration = Duration::from_secs(1);
+/// The least time a drained connection waits for its GOAWAY to arrive before it closes (four
+/// round trips when longer).
+const LINGER: Duration = Duration::from_millis(250);
 
 pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdown: Shutdown) {
     let shared = &door.shared;
@@ -39,9 +42,10 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
     let timeout = config.global.handshake_timeout;
     let handshaking = Handshaking::new(&door.handshaking);
     let handshake = async { incoming.accept_with(Arc::new(server))?.await };
-    let conn = match tokio::time::timeout(timeout, handshake).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
+    let (result, early_home) = handshake_until(handshake, timeout, &door, (peer, local_ip), &mut shutdown).await;
+    let conn = match result {
+        Some(Ok(conn)) => conn,
+        Some(Err(e)) => {
             let sni_refused = seen.lock().unwrap_or_else(|e| e.into_inner()).sni_refused;
             stats.failed(if sni_refused { Failure::Sni } else { failure(&e) });
             shared
@@ -49,7 +53,7 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
                 .warn("handshake failures", || format!("QUIC handshake failed: client {peer} on {}: {e}", fe.bind));
             return;
         }
-        Err(_) => {
+        None => {
             stats.failed(Failure::Timeout);
             shared.handshake_log.warn("handshake failures", || {
                 format!("QUIC handshake failed: client {peer} on {}: no handshake within {timeout:?}", fe.bind)
@@ -58,7 +62,8 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
         }
     };
     drop(handshaking);
-    let mut home = Home { address: conn.remote_address(), owned: door.adopt(conn.remote_address(), local_ip) };
+    let owned = early_home.unwrap_or_else(|| door.adopt(conn.remote_address(), local_ip));
+    let mut home = Home { address: conn.remote_address(), owned };
     let (cipher, resumed) = {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
         (seen.cipher, seen.resumed)
@@ -130,11 +135,43 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
         _ = requests.wait() => {}
         _ = stop.stopped() => {}
     }
+    if draining {
+        // Closing at once would drop the GOAWAY if still unsent or lost: the client would see
+        // the connection end with no word of which requests were not taken, and could not
+        // retry them safely. A client that heard it closes first.
+        let linger = (conn.rtt() * 4).max(LINGER);
+        tokio::select! {
+            _ = conn.closed() => {}
+            _ = tokio::time::sleep(linger) => {}
+            _ = stop.stopped() => {}
+        }
+    }
     let counted = conn.stats();
     stats.received_from_client(counted.udp_rx.bytes);
     stats.sent_to_client(counted.udp_tx.bytes);
     stats.quic(Quic::LostPackets, counted.path.lost_packets);
     conn.close(0u32.into(), b"");
+}
+
+/// The handshake's end within `timeout` (`None`: not within it). A handshake still under way
+/// when the worker drains gets its connected socket then (`Some` second): the shared socket is
+/// the next worker's from now on, and the rest of the handshake must reach this one.
+async fn handshake_until(
+    handshake: impl std::future::Future<Output = Result<quinn::Connection, quinn::ConnectionError>>,
+    timeout: Duration,
+    door: &Door,
+    (peer, local_ip): (SocketAddr, Option<IpAddr>),
+    shutdown: &mut Shutdown,
+) -> (Option<Result<quinn::Connection, quinn::ConnectionError>>, Option<Option<Owned>>) {
+    let handshake = tokio::time::timeout(timeout, handshake);
+    tokio::pin!(handshake);
+    let mut early = None;
+    loop {
+        tokio::select! {
+            result = &mut handshake => return (result.ok(), early),
+            _ = shutdown.draining(), if early.is_none() => early = Some(door.adopt(peer, local_ip)),
+        }
+    }
 }
 
 /// Where the client is, and the connected socket towards it (none when this worker may not

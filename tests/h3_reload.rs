@@ -24,7 +24,7 @@ async fn a_reload_leaves_open_quic_connections_on_their_worker() {
     let ca_path = ca.clone();
     let during = std::thread::spawn(move || h3::h3(port, "api.example.test", &ca_path, &requests));
     let mut owned = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..250 {
         owned = connected_udp_inodes(port);
         if !owned.is_empty() {
             break;
@@ -51,7 +51,7 @@ async fn a_reload_leaves_open_quic_connections_on_their_worker() {
     let ca_path = ca.clone();
     let after = std::thread::spawn(move || h3::h3(port, "api.example.test", &ca_path, &requests));
     let mut owner = None;
-    for _ in 0..50 {
+    for _ in 0..250 {
         if let Some(inode) = connected_udp_inodes(port).first() {
             owner = [old, new].into_iter().find(|pid| lb_testkit::procfs::socket_inodes(*pid).contains(inode));
             if owner.is_some() {

@@ -183,8 +183,15 @@ async def load(host, port, authority, configuration, count, seconds):
     return totals
 
 
-def lines():
-    for line in sys.stdin:
+async def lines(first=None):
+    """The commands on stdin, read off the event loop so that the connection lives meanwhile;
+    `first` (read already) before them."""
+    if first is not None:
+        yield first
+    while True:
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
         if line.strip():
             yield json.loads(line)
 
@@ -225,10 +232,16 @@ async def main():
 
         say(await load(host, port, authority, configuration, count, seconds))
         return
-    commands = lines() if session else iter([{"requests": json.load(sys.stdin)}])
+    if not session:
+        commands = lines({"requests": json.load(sys.stdin)})
+    elif early:
+        # The first command before connecting, so that its requests leave before the handshake ends.
+        commands = lines(json.loads(sys.stdin.readline()))
+    else:
+        commands = lines()
     async with connect(host, port, configuration=config, create_protocol=Client,
                        session_ticket_handler=save_ticket, wait_connected=not early) as client:
-        for command in commands:
+        async for command in commands:
             if "requests" in command:
                 results = await client.requests(authority, command["requests"])
                 if not session:

@@ -173,6 +173,8 @@ pub struct Frontend {
 /// A UDP frontend's QUIC settings (`quic:`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuicSettings {
+    /// Early data (0-RTT) taken on resumed connections, for GET, HEAD and OPTIONS only.
+    pub zero_rtt: bool,
     /// QUIC handshakes under way (in this worker, on this frontend) past which a new client's
     /// address is checked with a Retry packet before anything is kept for it (0: always).
     pub retry_threshold: usize,
@@ -183,7 +185,7 @@ pub struct QuicSettings {
 impl Default for QuicSettings {
     fn default() -> QuicSettings {
         // HAProxy's tune.quic.retry-threshold and tune.quic.frontend.max-streams-bidi.
-        QuicSettings { retry_threshold: 100, max_streams: 100 }
+        QuicSettings { zero_rtt: false, retry_threshold: 100, max_streams: 100 }
     }
 }
 

@@ -8,6 +8,7 @@
 //! as TLS connections do; a drain sends GOAWAY and lets the requests in flight finish.
 
 mod connection;
+mod early;
 pub(crate) mod fuzz;
 mod hop;
 mod sockets;
@@ -56,9 +57,9 @@ pub(crate) struct Endpoint {
 /// cipher suite and whether it resumed in `seen`; `max_streams` requests open at once
 /// (`quic.max_streams`).
 fn server_config(tls: &QuicTls, seen: tls::Chosen, max_streams: u32) -> Result<quinn::ServerConfig, String> {
-    let crypto =
-        quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(seen)).map_err(|e| e.to_string())?;
-    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(seen.clone()))
+        .map_err(|e| e.to_string())?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(early::Noted::new(crypto, seen)));
     let mut transport = quinn::TransportConfig::default();
     transport.max_concurrent_bidi_streams(max_streams.into());
     // Clients open three unidirectional streams (control, QPACK encoder and decoder).

@@ -1,6 +1,7 @@
 //! What lb-tls counts, per frontend: connections, handshakes (resumed or not, by protocol and
 //! cipher), failed handshakes by reason, backend connections refused, bytes each way; on a UDP
-//! (QUIC) frontend also Retry packets sent, packets lost and connection migrations (`Quic`). The
+//! (QUIC) frontend also Retry packets sent, 0-RTT accepted and refused, packets lost and
+//! connection migrations (`Quic`). The
 //! counters are atomics bumped once per connection or handshake; the runtime commands and
 //! /metrics read them (`render`).
 //!
@@ -122,6 +123,11 @@ pub(crate) struct FrontendStats {
 pub(crate) enum Quic {
     /// Retry packets sent: a new client's address checked before any state is kept for it.
     Retries,
+    /// Handshakes whose early data (0-RTT) was taken.
+    ZeroRttAccepted,
+    /// Handshakes that offered early data and were not given it (0-RTT off, a session unknown
+    /// here or used already): their requests wait for the handshake.
+    ZeroRttRefused,
     /// Packets sent to clients and declared lost by QUIC's loss detection.
     LostPackets,
     /// Clients seen on a new address (port or IP) in the middle of a connection.
@@ -129,7 +135,8 @@ pub(crate) enum Quic {
 }
 
 impl Quic {
-    pub(crate) const ALL: [Quic; 3] = [Quic::Retries, Quic::LostPackets, Quic::Migrations];
+    pub(crate) const ALL: [Quic; 5] =
+        [Quic::Retries, Quic::ZeroRttAccepted, Quic::ZeroRttRefused, Quic::LostPackets, Quic::Migrations];
 }
 
 impl FrontendStats {

@@ -93,6 +93,7 @@ pub(crate) struct RawFrontend {
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawQuic {
+    pub(crate) zero_rtt: Option<bool>,
     pub(crate) retry_threshold: Option<i64>,
     pub(crate) max_streams: Option<i64>,
 }

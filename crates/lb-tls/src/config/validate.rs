@@ -97,15 +97,17 @@ pub(super) fn validate(
         match crate::context::Acceptor::build(&tls, i, &fields, (&tickets, lifetime), &mut warnings) {
             Ok(acceptor) => {
                 let quic = match bind {
-                    ListenAddr::Udp(_) => match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime)) {
-                        Ok(quic) => Some(Arc::new(quic)),
-                        Err(problems) => {
-                            for (field, message) in problems {
-                                ctx.error(&field, message);
+                    ListenAddr::Udp(_) => {
+                        match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime), quic_settings.zero_rtt) {
+                            Ok(quic) => Some(Arc::new(quic)),
+                            Err(problems) => {
+                                for (field, message) in problems {
+                                    ctx.error(&field, message);
+                                }
+                                continue;
                             }
-                            continue;
                         }
-                    },
+                    }
                     _ => None,
                 };
                 built.push(Frontend { bind, proxy_proxy, tls, acceptor: Arc::new(acceptor), quic, quic_settings });
@@ -261,7 +263,12 @@ fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, global: &RawTl
     let quic = match (&bind, &raw.quic) {
         (Some(ListenAddr::Udp(_)), quic) => {
             quic_limits(ctx, path, proxy_proxy, &tls)?;
-            quic_settings(ctx, &child(path, "quic"), quic.as_ref().unwrap_or(&RawQuic::default()))?
+            let settings = quic_settings(ctx, &child(path, "quic"), quic.as_ref().unwrap_or(&RawQuic::default()))?;
+            if settings.zero_rtt && !tls.session_tickets {
+                ctx.error(&child(path, "quic.zero_rtt"), "0-RTT needs resumption: tls.session_tickets is off");
+                return None;
+            }
+            settings
         }
         (_, None) => QuicSettings::default(),
         (_, Some(_)) => {
@@ -282,7 +289,11 @@ fn quic_settings(ctx: &mut Checker<'_>, path: &str, raw: &RawQuic) -> Option<Qui
         None => Some(default.max_streams),
         Some(n) => ctx.int(path, "max_streams", Some(n), 1..=10_000).map(|n| n as u32),
     };
-    Some(QuicSettings { retry_threshold: retry_threshold?, max_streams: max_streams? })
+    Some(QuicSettings {
+        zero_rtt: raw.zero_rtt.unwrap_or(default.zero_rtt),
+        retry_threshold: retry_threshold?,
+        max_streams: max_streams?,
+    })
 }
 
 /// What a UDP (QUIC) frontend cannot do: QUIC is TLS 1.3 only, and neither a PROXY header in

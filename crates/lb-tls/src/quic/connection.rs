@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::{HeaderValue, Method};
 use lb_supervisor::Shutdown;
 use tokio_util::task::TaskTracker;
 
@@ -41,12 +42,24 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
     };
     let timeout = config.global.handshake_timeout;
     let handshaking = Handshaking::new(&door.handshaking);
-    let handshake = async { incoming.accept_with(Arc::new(server))?.await };
+    let zero_rtt = fe.quic_settings.zero_rtt;
+    let handshake = async {
+        let mut connecting = incoming.accept_with(Arc::new(server))?;
+        // Once the ClientHello is read, rustls has said whether it takes early data; if so, the
+        // requests may start now (0.5-RTT), and the handshake ends later (`early`).
+        if zero_rtt && connecting.handshake_data().await.is_ok() && seen_now(&seen).early_accepted {
+            match connecting.into_0rtt() {
+                Ok((conn, done)) => return Ok((conn, Some(done))),
+                Err(connecting) => return connecting.await.map(|conn| (conn, None)),
+            }
+        }
+        connecting.await.map(|conn| (conn, None))
+    };
     let (result, early_home) = handshake_until(handshake, timeout, &door, (peer, local_ip), &mut shutdown).await;
-    let conn = match result {
+    let (conn, mut early) = match result {
         Some(Ok(conn)) => conn,
         Some(Err(e)) => {
-            let sni_refused = seen.lock().unwrap_or_else(|e| e.into_inner()).sni_refused;
+            let sni_refused = seen_now(&seen).sni_refused;
             stats.failed(if sni_refused { Failure::Sni } else { failure(&e) });
             shared
                 .handshake_log
@@ -65,7 +78,12 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
     let owned = early_home.unwrap_or_else(|| door.adopt(conn.remote_address(), local_ip));
     let mut home = Home { address: conn.remote_address(), owned };
     let (cipher, resumed) = {
-        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = seen_now(&seen);
+        if seen.early_accepted {
+            stats.quic(Quic::ZeroRttAccepted, 1);
+        } else if seen.early_offered {
+            stats.quic(Quic::ZeroRttRefused, 1);
+        }
         (seen.cipher, seen.resumed)
     };
     stats.handshake(resumed, "TLSv1.3", cipher);
@@ -99,6 +117,7 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
     let requests = TaskTracker::new();
     let mut stop = shutdown.clone();
     let mut draining = false;
+    let early_until = tokio::time::Instant::now() + timeout;
     let mut moves = tokio::time::interval_at(tokio::time::Instant::now() + FOLLOW, FOLLOW);
     moves.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -111,6 +130,14 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
                 continue;
             }
             a = h3_conn.accept() => Some(a),
+            // After the requests: one that arrives with the handshake's end counts as early.
+            // (On a server this resolves when the handshake ends, well or not; a failed one
+            // ends the connection, which the next accept sees.)
+            _ = async { if let Some(done) = early.as_mut() { done.await; } }, if early.is_some() => {
+                early = None;
+                continue;
+            }
+            _ = tokio::time::sleep_until(early_until), if early.is_some() => break,
         };
         home.follow(&door, &conn, local_ip, stats);
         match accepted {
@@ -121,8 +148,16 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
             }
             Some(Ok(Some(resolver))) => {
                 let hop = hop.clone();
+                // Received before the handshake completed: in early data, which may be replayed.
+                let in_early_data = early.is_some();
                 requests.spawn(async move {
-                    if let Ok((request, stream)) = resolver.resolve_request().await {
+                    if let Ok((mut request, stream)) = resolver.resolve_request().await {
+                        if in_early_data {
+                            if !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+                                return hop::too_early(stream).await;
+                            }
+                            request.headers_mut().insert("early-data", HeaderValue::from_static("1"));
+                        }
                         hop::exchange(hop, request, stream).await;
                     }
                 });
@@ -153,16 +188,20 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
     conn.close(0u32.into(), b"");
 }
 
+fn seen_now(seen: &tls::Chosen) -> std::sync::MutexGuard<'_, tls::Seen> {
+    seen.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The handshake's end within `timeout` (`None`: not within it). A handshake still under way
 /// when the worker drains gets its connected socket then (`Some` second): the shared socket is
 /// the next worker's from now on, and the rest of the handshake must reach this one.
-async fn handshake_until(
-    handshake: impl std::future::Future<Output = Result<quinn::Connection, quinn::ConnectionError>>,
+async fn handshake_until<T>(
+    handshake: impl std::future::Future<Output = Result<T, quinn::ConnectionError>>,
     timeout: Duration,
     door: &Door,
     (peer, local_ip): (SocketAddr, Option<IpAddr>),
     shutdown: &mut Shutdown,
-) -> (Option<Result<quinn::Connection, quinn::ConnectionError>>, Option<Option<Owned>>) {
+) -> (Option<Result<T, quinn::ConnectionError>>, Option<Option<Owned>>) {
     let handshake = tokio::time::timeout(timeout, handshake);
     tokio::pin!(handshake);
     let mut early = None;

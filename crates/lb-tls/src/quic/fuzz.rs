@@ -40,7 +40,7 @@ fn frontend() -> Option<&'static QuicTls> {
         };
         let fields = TlsFields { certificates: vec!["fuzz".to_owned()], ..TlsFields::default() };
         let store = Arc::new(TicketStore::own().ok()?);
-        QuicTls::build(&settings, &fields, (&store, Duration::from_secs(7200))).ok()
+        QuicTls::build(&settings, &fields, (&store, Duration::from_secs(7200)), false).ok()
     })
     .as_ref()
 }

@@ -11,13 +11,27 @@ use super::{Failure, Quic, Stats, VERSIONS};
 
 /// The QUIC counters: `show stat` column (HAProxy's name where it has the figure), /metrics
 /// family, `show info` field, help.
-const QUIC: [(Quic, &str, &str, &str, &str); 3] = [
+const QUIC: [(Quic, &str, &str, &str, &str); 5] = [
     (
         Quic::Retries,
         "quic_retry_sent",
         "quic_retries_total",
         "QuicRetriesSent",
         "Retry packets sent (address validation).",
+    ),
+    (
+        Quic::ZeroRttAccepted,
+        "quic_0rtt_accepted",
+        "quic_zero_rtt_accepted_total",
+        "Quic0RttAccepted",
+        "QUIC handshakes whose early data (0-RTT) was taken.",
+    ),
+    (
+        Quic::ZeroRttRefused,
+        "quic_0rtt_refused",
+        "quic_zero_rtt_refused_total",
+        "Quic0RttRefused",
+        "QUIC handshakes that offered early data and were refused it.",
     ),
     (Quic::LostPackets, "quic_lost_pkt", "quic_lost_packets_total", "QuicLostPackets", "QUIC packets sent and lost."),
     (

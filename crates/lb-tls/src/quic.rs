@@ -1,5 +1,5 @@
 //! HTTP/3 towards clients: a UDP frontend (`bind: "udp:…"`) where QUIC ends, with the same
-//! certificate files and SNI selection as the TLS frontends, ALPN `h3`, 0-RTT off. Each QUIC
+//! certificate files and SNI selection as the TLS frontends, ALPN `h3`, 0-RTT when asked. Each QUIC
 //! connection gets one hop connection to lb-proxy (`hop`): a PROXY v2 header saying ALPN `h3`,
 //! then HTTP/2 carrying each HTTP/3 request as a stream.
 //!

@@ -156,7 +156,8 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
                             if !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
                                 return hop::too_early(stream).await;
                             }
-                            request.headers_mut().insert("early-data", HeaderValue::from_static("1"));
+                            // RFC 8470 §5.1: added when absent, never removed.
+                            request.headers_mut().entry("early-data").or_insert(HeaderValue::from_static("1"));
                         }
                         hop::exchange(hop, request, stream).await;
                     }

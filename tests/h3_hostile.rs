@@ -1,7 +1,8 @@
 //! HTTP/3 against a flood of new connection attempts: QUIC Initial packets from many source
 //! ports that never complete a handshake. Past `quic.retry_threshold` handshakes under way, a
 //! new client's address is checked with a Retry first, so the flood holds no connected socket
-//! and no connection slot; a client already connected keeps being answered meanwhile.
+//! and no connection slot; a client already connected keeps being answered meanwhile. A
+//! client that refuses the handshake is counted by its reason, as over TCP.
 
 mod h3;
 
@@ -37,4 +38,27 @@ async fn a_flood_of_initials_gets_retries_and_established_clients_keep_answers()
     let open = stack.stat("scur").as_u64().expect("a count");
     assert!(open <= 1 + 10, "{open}: the real client and at most 10 handshakes under way");
     assert!(tokio::task::block_in_place(|| session.close()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_refuses_our_certificate_is_counted_by_reason() {
+    let stack = Stack::start();
+    let (port, ca) = (stack.port, stack.certs.ca());
+    // No certificate names nowhere.example.test: the default one is sent and the client refuses it.
+    let error = tokio::task::block_in_place(|| h3::refused(port, "nowhere.example.test", &ca));
+    assert!(error.contains("hostname") || error.contains("certificate"), "{error}");
+    let mut failed = json!(0);
+    for _ in 0..50 {
+        failed = stack.stat("hs_fail_certificate");
+        if failed == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(failed, 1, "the client's bad_certificate alert");
+    assert_eq!(stack.stat("ssl_failed_handshake"), 1);
+    let sample = format!(
+        "lb_tls_frontend_failed_handshakes_total{{frontend=\"udp:127.0.0.1:{port}\",reason=\"certificate\"}} 1"
+    );
+    assert!(stack.metrics().lines().any(|l| l == sample), "{sample} in {}", stack.metrics());
 }

@@ -27,6 +27,9 @@ async fn a_client_that_changes_its_source_port_keeps_its_connection() {
     let remote = h3::connected_udp_peers(port);
     assert!(remote.contains(&new_port), "a connected socket towards port {new_port}: {remote:?}");
     assert_eq!(stack.stat("quic_conn_migration_done"), 1);
+    assert!(stack.info().lines().any(|l| l == "QuicConnMigrations: 1"), "{}", stack.info());
+    let sample = format!("lb_tls_frontend_quic_migrations_total{{frontend=\"udp:127.0.0.1:{port}\"}} 1");
+    assert!(stack.metrics().lines().any(|l| l == sample), "{sample} in {}", stack.metrics());
 
     // A reload during a request: the connection stays with its worker, which reads the client's
     // new port on its connected socket (the shared one is the new worker's now); the request

@@ -46,6 +46,24 @@ impl Stack {
         row[column].clone()
     }
 
+    /// lb-tls's `show info`, `Name: value` lines.
+    #[allow(dead_code)]
+    pub(crate) fn info(&self) -> String {
+        lb_testkit::lbctl::lbctl_blocking(&self.tls.control_socket(), &["show", "info"]).stdout
+    }
+
+    /// lb-tls's /metrics text.
+    #[allow(dead_code)]
+    pub(crate) fn metrics(&self) -> String {
+        use std::io::Read;
+        let port = self.tls.ports()[1];
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("send");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("read /metrics");
+        text
+    }
+
     /// [`h3_session`] to this stack as `api.example.test`.
     #[allow(dead_code)]
     pub(crate) fn get(&self, requests: &Value, ticket: Option<&Path>) -> (bool, Vec<Value>) {
@@ -81,10 +99,11 @@ fn tls(certs: &TestCerts, backend: &str, quic: &str) -> TlsProcess {
     let admin = certs.server("admin", &["admin.example.test"]).display().to_string();
     let backend = backend.to_owned();
     let quic = if quic.is_empty() { String::new() } else { format!("\n    quic: {quic}") };
-    TlsProcess::start_with(1, move |ports| {
+    TlsProcess::start_with(2, move |ports| {
         format!(
             r#"global:
   control_socket: master.sock
+  metrics_address: "127.0.0.1:{metrics}"
 tls:
   certificates: [ {api}, {admin} ]
   alpn_protocols: [ h2, http/1.1 ]
@@ -94,7 +113,8 @@ frontends:
   - bind: "127.0.0.1:{port}"
   - bind: "udp:127.0.0.1:{port}"{quic}
 "#,
-            port = ports[0]
+            port = ports[0],
+            metrics = ports[1]
         )
     })
 }
@@ -246,4 +266,14 @@ pub(crate) fn load(port: u16, ca: &Path, count: usize, seconds: u64) -> Value {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the HTTP/3 client failed: {stderr}");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+/// How the aioquic client fails to connect to `port` as `sni` (its error), when it must.
+#[allow(dead_code)]
+pub(crate) fn refused(port: u16, sni: &str, ca: &Path) -> String {
+    let mut child = client(port, sni, ca, None, &[]);
+    child.stdin.take().expect("stdin").write_all(b"[{\"path\": \"/echo\"}]").expect("to the client");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    assert!(!out.status.success(), "the client connected: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

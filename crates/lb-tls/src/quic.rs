@@ -100,19 +100,20 @@ impl Door {
     }
 }
 
-/// Counts a handshake under way until dropped.
-struct Handshaking<'a>(&'a AtomicUsize);
+/// Counts a handshake under way until dropped: taken by the accept loop, so that the next
+/// client's check against `retry_threshold` sees it at once.
+struct Handshaking(Arc<Door>);
 
-impl<'a> Handshaking<'a> {
-    fn new(count: &'a AtomicUsize) -> Handshaking<'a> {
-        count.fetch_add(1, Ordering::Relaxed);
-        Handshaking(count)
+impl Handshaking {
+    fn new(door: Arc<Door>) -> Handshaking {
+        door.handshaking.fetch_add(1, Ordering::Relaxed);
+        Handshaking(door)
     }
 }
 
-impl Drop for Handshaking<'_> {
+impl Drop for Handshaking {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.handshaking.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -160,7 +161,8 @@ pub(crate) async fn accept_loop(
             continue;
         };
         let admission = Admission::new(shared.clone(), frontend, permit);
-        let task = connection::serve(door.clone(), incoming, shutdown.clone());
+        let handshaking = Handshaking::new(door.clone());
+        let task = connection::serve(door.clone(), incoming, handshaking, shutdown.clone());
         tracker.spawn(async move {
             task.await;
             drop(admission);

@@ -154,7 +154,16 @@ fn quic_settings_are_checked_and_located_and_only_on_a_udp_frontend() {
     assert!(e.iter().any(|l| l.contains("frontends[1].quic: quic settings apply to a UDP frontend only")), "{e:?}");
     let e = errors(
         "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\n\
-         frontends:\n  - bind: \"udp:127.0.0.1:3\"\n    quic: { zero_rtt: true }\n",
+         frontends:\n  - bind: \"udp:127.0.0.1:3\"\n    quic: { allow_0rtt: true }\n",
     );
-    assert!(e.iter().any(|l| l.contains("zero_rtt")), "an unknown key is refused: {e:?}");
+    assert!(e.iter().any(|l| l.contains("allow_0rtt")), "an unknown key is refused: {e:?}");
+}
+
+#[test]
+fn zero_rtt_without_session_tickets_is_refused() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ], session_tickets: false }\n\
+         backend: { address: \"127.0.0.1:1\" }\nfrontends:\n  - bind: \"udp:127.0.0.1:3\"\n    quic: { zero_rtt: true }\n",
+    );
+    assert!(e.iter().any(|l| l.contains("frontends[0].quic.zero_rtt: 0-RTT needs resumption")), "{e:?}");
 }

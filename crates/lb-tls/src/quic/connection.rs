@@ -25,7 +25,12 @@ const FOLLOW: Duration = Duration::from_secs(1);
 /// round trips when longer).
 const LINGER: Duration = Duration::from_millis(250);
 
-pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdown: Shutdown) {
+pub(super) async fn serve(
+    door: Arc<Door>,
+    incoming: quinn::Incoming,
+    handshaking: Handshaking,
+    mut shutdown: Shutdown,
+) {
     let shared = &door.shared;
     let config = &shared.config;
     let fe = &config.frontends[door.frontend];
@@ -41,7 +46,6 @@ pub(super) async fn serve(door: Arc<Door>, incoming: quinn::Incoming, mut shutdo
         Err(e) => return tracing::warn!("QUIC configuration refused: {e}"),
     };
     let timeout = config.global.handshake_timeout;
-    let handshaking = Handshaking::new(&door.handshaking);
     let zero_rtt = fe.quic_settings.zero_rtt;
     let handshake = async {
         let mut connecting = incoming.accept_with(Arc::new(server))?;

@@ -11,7 +11,7 @@ use h3::{Session, Stack};
 use serde_json::{json, Value};
 
 /// The request headers the test server saw, from its `/echo` answer.
-fn sent<'a>(response: &'a Value, name: &str) -> Option<String> {
+fn sent(response: &Value, name: &str) -> Option<String> {
     let echo: Value = serde_json::from_str(response["body"].as_str()?).ok()?;
     let headers = echo["headers"].as_array()?;
     headers.iter().find(|h| h[0] == name).and_then(|h| h[1].as_str()).map(str::to_owned)

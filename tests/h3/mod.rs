@@ -120,6 +120,7 @@ frontends:
 }
 
 /// The responses to `requests`, sent at once on one QUIC connection to `port` with `sni`.
+#[allow(dead_code)]
 pub(crate) fn h3(port: u16, sni: &str, ca: &Path, requests: &Value) -> Vec<Value> {
     h3_session(port, sni, ca, requests, None).1
 }

@@ -264,8 +264,9 @@ fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, global: &RawTl
         (Some(ListenAddr::Udp(_)), quic) => {
             quic_limits(ctx, path, proxy_proxy, &tls)?;
             let settings = quic_settings(ctx, &child(path, "quic"), quic.as_ref().unwrap_or(&RawQuic::default()))?;
-            if settings.zero_rtt && !tls.session_tickets {
-                ctx.error(&child(path, "quic.zero_rtt"), "0-RTT needs resumption: tls.session_tickets is off");
+            if settings.zero_rtt && (!tls.session_tickets || tls.session_cache_size == 0) {
+                let why = "0-RTT needs resumption from sessions the worker keeps: tls.session_tickets on and tls.session_cache_size above 0";
+                ctx.error(&child(path, "quic.zero_rtt"), why);
                 return None;
             }
             settings

@@ -166,6 +166,27 @@ pub struct Frontend {
     pub(crate) acceptor: Arc<Acceptor>,
     /// QUIC's TLS, on a UDP frontend (`bind: "udp:…"`).
     pub(crate) quic: Option<Arc<crate::quic::QuicTls>>,
+    /// A UDP frontend's `quic:` settings (the defaults when not written).
+    pub quic_settings: QuicSettings,
+}
+
+/// A UDP frontend's QUIC settings (`quic:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicSettings {
+    /// Early data (0-RTT) taken on resumed connections, for GET, HEAD and OPTIONS only.
+    pub zero_rtt: bool,
+    /// QUIC handshakes under way (in this worker, on this frontend) past which a new client's
+    /// address is checked with a Retry packet before anything is kept for it (0: always).
+    pub retry_threshold: usize,
+    /// Requests open at once per QUIC connection.
+    pub max_streams: u32,
+}
+
+impl Default for QuicSettings {
+    fn default() -> QuicSettings {
+        // HAProxy's tune.quic.retry-threshold and tune.quic.frontend.max-streams-bidi.
+        QuicSettings { zero_rtt: false, retry_threshold: 100, max_streams: 100 }
+    }
 }
 
 impl Config {

@@ -74,7 +74,7 @@ mod tickets;
 
 pub use config::{
     Backend, BackendAddr, CertSource, ClientCert, Config, Draft, DraftFrontend, DraftTls, Frontend, Global, Protocol,
-    TlsSettings, WriteProxy,
+    QuicSettings, TlsSettings, WriteProxy,
 };
 pub use daemon::TlsDaemon;
 pub use error::Error;

@@ -1,5 +1,7 @@
 //! What lb-tls counts, per frontend: connections, handshakes (resumed or not, by protocol and
-//! cipher), failed handshakes by reason, backend connections refused, bytes each way. The
+//! cipher), failed handshakes by reason, backend connections refused, bytes each way; on a UDP
+//! (QUIC) frontend also Retry packets sent, 0-RTT accepted and refused, packets lost and
+//! connection migrations (`Quic`). The
 //! counters are atomics bumped once per connection or handshake; the runtime commands and
 //! /metrics read them (`render`).
 //!
@@ -113,6 +115,28 @@ pub(crate) struct FrontendStats {
     backend_failures: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    quic: [AtomicU64; Quic::ALL.len()],
+}
+
+/// What only a UDP (QUIC) frontend counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Quic {
+    /// Retry packets sent: a new client's address checked before any state is kept for it.
+    Retries,
+    /// Handshakes whose early data (0-RTT) was taken.
+    ZeroRttAccepted,
+    /// Handshakes that offered early data and were not given it (0-RTT off, a session unknown
+    /// here or used already): their requests wait for the handshake.
+    ZeroRttRefused,
+    /// Packets sent to clients and declared lost by QUIC's loss detection.
+    LostPackets,
+    /// Clients seen on a new address (port or IP) in the middle of a connection.
+    Migrations,
+}
+
+impl Quic {
+    pub(crate) const ALL: [Quic; 5] =
+        [Quic::Retries, Quic::ZeroRttAccepted, Quic::ZeroRttRefused, Quic::LostPackets, Quic::Migrations];
 }
 
 impl FrontendStats {
@@ -148,6 +172,12 @@ impl FrontendStats {
         self.backend_failures.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn quic(&self, what: Quic, n: u64) {
+        if n > 0 {
+            self.quic[what as usize].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn received_from_client(&self, bytes: u64) {
         self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
     }
@@ -175,6 +205,7 @@ impl FrontendStats {
             bytes_in: load(&self.bytes_in),
             bytes_out: load(&self.bytes_out),
             max: load(&self.max),
+            quic: self.quic.iter().map(load).collect(),
         }
     }
 }
@@ -196,6 +227,9 @@ pub(crate) struct Totals {
     pub(crate) bytes_out: u64,
     /// The most connections at once (the larger of the two: a peak, not a sum).
     pub(crate) max: u64,
+    /// In [`Quic::ALL`]'s order (absent from an older worker's snapshot).
+    #[serde(default)]
+    pub(crate) quic: Vec<u64>,
 }
 
 impl Totals {
@@ -212,6 +246,7 @@ impl Totals {
         self.bytes_in += other.bytes_in;
         self.bytes_out += other.bytes_out;
         self.max = self.max.max(other.max);
+        add_all(&mut self.quic, &other.quic);
     }
 
     /// What was counted since `earlier` (counters only grow; a peak stays a peak).
@@ -235,11 +270,16 @@ impl Totals {
             bytes_in: self.bytes_in.saturating_sub(earlier.bytes_in),
             bytes_out: self.bytes_out.saturating_sub(earlier.bytes_out),
             max: self.max,
+            quic: less(&self.quic, &earlier.quic),
         }
     }
 
     pub(crate) fn failed(&self) -> u64 {
         self.failures.iter().sum()
+    }
+
+    pub(crate) fn quic(&self, what: Quic) -> u64 {
+        self.quic.get(what as usize).copied().unwrap_or(0)
     }
 }
 

@@ -86,4 +86,14 @@ pub(crate) struct RawFrontend {
     pub(crate) bind: Option<String>,
     pub(crate) proxy_proxy: Option<bool>,
     pub(crate) tls: Option<RawTls>,
+    pub(crate) quic: Option<RawQuic>,
+}
+
+/// A UDP frontend's `quic:`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuic {
+    pub(crate) zero_rtt: Option<bool>,
+    pub(crate) retry_threshold: Option<i64>,
+    pub(crate) max_streams: Option<i64>,
 }

@@ -141,3 +141,29 @@ fn a_udp_frontend_is_located_where_quic_cannot_follow() {
     // The same port number over TCP is another address.
     assert!(!e.iter().any(|l| l.contains("bound by an earlier frontend")), "{e:?}");
 }
+
+#[test]
+fn quic_settings_are_checked_and_located_and_only_on_a_udp_frontend() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\n\
+         frontends:\n  - bind: \"udp:127.0.0.1:2\"\n    quic: { retry_threshold: -1, max_streams: 0 }\n\
+         \x20 - bind: \"127.0.0.1:2\"\n    quic: { max_streams: 10 }\n",
+    );
+    assert!(e.iter().any(|l| l.contains("frontends[0].quic.retry_threshold")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("frontends[0].quic.max_streams")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("frontends[1].quic: quic settings apply to a UDP frontend only")), "{e:?}");
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\" }\n\
+         frontends:\n  - bind: \"udp:127.0.0.1:3\"\n    quic: { allow_0rtt: true }\n",
+    );
+    assert!(e.iter().any(|l| l.contains("allow_0rtt")), "an unknown key is refused: {e:?}");
+}
+
+#[test]
+fn zero_rtt_without_session_tickets_is_refused() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ], session_tickets: false }\n\
+         backend: { address: \"127.0.0.1:1\" }\nfrontends:\n  - bind: \"udp:127.0.0.1:3\"\n    quic: { zero_rtt: true }\n",
+    );
+    assert!(e.iter().any(|l| l.contains("frontends[0].quic.zero_rtt: 0-RTT needs resumption")), "{e:?}");
+}

@@ -10,8 +10,8 @@ use std::time::Duration;
 use lb_config::{child, item, loopback, supervision, Checker, Diagnostic, Locations, RawSupervision, SocketDefaults};
 use lb_supervisor::ListenAddr;
 
-use super::raw::{RawBackend, RawCertificate, RawConfig, RawFrontend, RawGlobal, RawTls};
-use super::{Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol};
+use super::raw::{RawBackend, RawCertificate, RawConfig, RawFrontend, RawGlobal, RawQuic, RawTls};
+use super::{Backend, BackendAddr, CertSource, ClientCert, Config, Frontend, Global, Protocol, QuicSettings};
 use super::{TlsSettings, WriteProxy};
 use crate::tickets::TicketStore;
 
@@ -93,22 +93,24 @@ pub(super) fn validate(
     let lifetime = global.ticket_lifetime;
     let mut warnings = Vec::new();
     let mut built = Vec::new();
-    for (i, (bind, (proxy_proxy, tls, fields))) in frontends.into_iter().enumerate() {
+    for (i, (bind, (proxy_proxy, tls, fields, quic_settings))) in frontends.into_iter().enumerate() {
         match crate::context::Acceptor::build(&tls, i, &fields, (&tickets, lifetime), &mut warnings) {
             Ok(acceptor) => {
                 let quic = match bind {
-                    ListenAddr::Udp(_) => match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime)) {
-                        Ok(quic) => Some(Arc::new(quic)),
-                        Err(problems) => {
-                            for (field, message) in problems {
-                                ctx.error(&field, message);
+                    ListenAddr::Udp(_) => {
+                        match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime), quic_settings.zero_rtt) {
+                            Ok(quic) => Some(Arc::new(quic)),
+                            Err(problems) => {
+                                for (field, message) in problems {
+                                    ctx.error(&field, message);
+                                }
+                                continue;
                             }
-                            continue;
                         }
-                    },
+                    }
                     _ => None,
                 };
-                built.push(Frontend { bind, proxy_proxy, tls, acceptor: Arc::new(acceptor), quic });
+                built.push(Frontend { bind, proxy_proxy, tls, acceptor: Arc::new(acceptor), quic, quic_settings });
             }
             Err(problems) => {
                 for (field, message) in problems {
@@ -238,7 +240,7 @@ pub(crate) struct TlsFields {
     pub(crate) frontend: String,
 }
 
-type FrontendParts = (ListenAddr, (bool, TlsSettings, TlsFields));
+type FrontendParts = (ListenAddr, (bool, TlsSettings, TlsFields, QuicSettings));
 
 fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, global: &RawTls) -> Option<FrontendParts> {
     let bind = match raw.bind.as_deref() {
@@ -258,10 +260,41 @@ fn frontend(ctx: &mut Checker<'_>, path: &str, raw: &RawFrontend, global: &RawTl
     let own_path = child(path, "tls");
     let (tls, fields) = tls_settings(ctx, path, own, &own_path, global)?;
     let proxy_proxy = raw.proxy_proxy.unwrap_or(false);
-    if let Some(ListenAddr::Udp(_)) = bind {
-        quic_limits(ctx, path, proxy_proxy, &tls)?;
-    }
-    Some((bind?, (proxy_proxy, tls, fields)))
+    let quic = match (&bind, &raw.quic) {
+        (Some(ListenAddr::Udp(_)), quic) => {
+            quic_limits(ctx, path, proxy_proxy, &tls)?;
+            let settings = quic_settings(ctx, &child(path, "quic"), quic.as_ref().unwrap_or(&RawQuic::default()))?;
+            if settings.zero_rtt && (!tls.session_tickets || tls.session_cache_size == 0) {
+                let why = "0-RTT needs resumption from sessions the worker keeps: tls.session_tickets on and tls.session_cache_size above 0";
+                ctx.error(&child(path, "quic.zero_rtt"), why);
+                return None;
+            }
+            settings
+        }
+        (_, None) => QuicSettings::default(),
+        (_, Some(_)) => {
+            ctx.error(&child(path, "quic"), "quic settings apply to a UDP frontend only (bind: \"udp:…\")");
+            return None;
+        }
+    };
+    Some((bind?, (proxy_proxy, tls, fields, quic)))
+}
+
+fn quic_settings(ctx: &mut Checker<'_>, path: &str, raw: &RawQuic) -> Option<QuicSettings> {
+    let default = QuicSettings::default();
+    let retry_threshold = match raw.retry_threshold {
+        None => Some(default.retry_threshold),
+        Some(n) => ctx.int(path, "retry_threshold", Some(n), 0..=1_000_000).map(|n| n as usize),
+    };
+    let max_streams = match raw.max_streams {
+        None => Some(default.max_streams),
+        Some(n) => ctx.int(path, "max_streams", Some(n), 1..=10_000).map(|n| n as u32),
+    };
+    Some(QuicSettings {
+        zero_rtt: raw.zero_rtt.unwrap_or(default.zero_rtt),
+        retry_threshold: retry_threshold?,
+        max_streams: max_streams?,
+    })
 }
 
 /// What a UDP (QUIC) frontend cannot do: QUIC is TLS 1.3 only, and neither a PROXY header in

@@ -83,6 +83,7 @@ impl Draft {
                         bind: Some(f.bind.to_string()),
                         proxy_proxy: f.proxy_proxy.then_some(true),
                         tls: f.tls.as_ref().map(tls),
+                        quic: None,
                     })
                     .collect(),
             ),

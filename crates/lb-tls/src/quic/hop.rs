@@ -95,11 +95,11 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
     let request = http::Request::from_parts(parts, HopBody { frames: body });
     let download = async move {
         if hop.ready().await.is_err() {
-            return refuse(&mut down).await;
+            return answer(&mut down, http::StatusCode::BAD_GATEWAY).await;
         }
         let response = match hop.send_request(request).await {
             Ok(response) => response,
-            Err(_) => return refuse(&mut down).await,
+            Err(_) => return answer(&mut down, http::StatusCode::BAD_GATEWAY).await,
         };
         let (parts, body) = response.into_parts();
         if down.send_response(http::Response::from_parts(parts, ())).await.is_err() {
@@ -132,10 +132,18 @@ async fn relay(mut body: Incoming, down: &mut h3::server::RequestStream<h3_quinn
     let _ = down.finish().await;
 }
 
-/// lb-proxy could not be asked: 502, as lb-proxy answers when its servers cannot be.
-async fn refuse(down: &mut h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>) {
+/// A request in early data whose method is not safe to replay: 425 Too Early (RFC 8470), which
+/// tells the client to send it again once the handshake is complete.
+pub(crate) async fn too_early(stream: Stream) {
+    let (mut down, _) = stream.split();
+    answer(&mut down, http::StatusCode::TOO_EARLY).await;
+}
+
+/// An answer of our own, without a body: 502 when lb-proxy could not be asked (as lb-proxy
+/// answers when its servers cannot be), 425 for early data.
+async fn answer(down: &mut h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>, status: http::StatusCode) {
     let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+    *response.status_mut() = status;
     if down.send_response(response).await.is_ok() {
         let _ = down.finish().await;
     }

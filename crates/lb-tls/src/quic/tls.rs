@@ -1,6 +1,10 @@
 //! QUIC's TLS: rustls with AWS-LC's crypto (aws-lc-rs), on the certificates `certs` reads for
 //! the OpenSSL contexts and the same SNI selection (`sni`): exact > wildcard > default, or none
-//! with `sni_nomatch_abort`. TLS 1.3 only (QUIC has no other), ALPN `h3`, no 0-RTT.
+//! with `sni_nomatch_abort`. TLS 1.3 only (QUIC has no other), ALPN `h3`.
+//!
+//! Sessions resume by tickets sealed with the frontends' ticket keys (`tickets`), or, with
+//! `quic.zero_rtt`, by sessions this worker keeps, each usable once: rustls takes early data
+//! only then, and a session used once cannot carry the same early data twice.
 //!
 //! quinn does not tell which cipher suite a connection negotiated nor whether it resumed, and
 //! the PROXY header and the counters must say it: each connection gets its own certificate
@@ -11,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
+use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
 use rustls::{CipherSuite, SupportedCipherSuite};
 
@@ -48,6 +52,8 @@ pub(crate) struct QuicTls {
     base: Arc<rustls::ServerConfig>,
     table: Arc<Table>,
     tickets: Option<Arc<SharedTickets>>,
+    /// With `quic.zero_rtt`: the sessions this worker keeps instead of tickets.
+    sessions: Option<Arc<dyn StoresServerSessions>>,
     /// The PEM files serving, in order (the first is the default).
     pub(crate) files: Vec<std::path::PathBuf>,
 }
@@ -73,11 +79,17 @@ pub(crate) struct Seen {
     pub(crate) cipher: Option<&'static str>,
     /// A ticket of ours was opened: the session resumed.
     pub(crate) resumed: bool,
+    /// No certificate for the name asked, and `sni_nomatch_abort`.
+    pub(crate) sni_refused: bool,
+    /// The ClientHello offered early data (0-RTT).
+    pub(crate) early_offered: bool,
+    /// We took it.
+    pub(crate) early_accepted: bool,
 }
 
 pub(crate) type Chosen = Arc<Mutex<Seen>>;
 
-fn note(seen: &Chosen, what: impl FnOnce(&mut Seen)) {
+pub(super) fn note(seen: &Chosen, what: impl FnOnce(&mut Seen)) {
     what(&mut seen.lock().unwrap_or_else(|e| e.into_inner()));
 }
 
@@ -114,6 +126,33 @@ impl ProducesTickets for Noting {
     }
 }
 
+/// The worker's sessions, noting for one connection that one resumed.
+#[derive(Debug)]
+struct NotingStore {
+    sessions: Arc<dyn StoresServerSessions>,
+    seen: Chosen,
+}
+
+impl StoresServerSessions for NotingStore {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.sessions.put(key, value)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.sessions.get(key)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let session = self.sessions.take(key);
+        note(&self.seen, |seen| seen.resumed = session.is_some());
+        session
+    }
+
+    fn can_cache(&self) -> bool {
+        self.sessions.can_cache()
+    }
+}
+
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let offered = hello.cipher_suites();
@@ -124,7 +163,10 @@ impl ResolvesServerCert for Resolver {
             None => 0,
             Some(name) => match self.table.index.lookup(name) {
                 Some(i) => i,
-                None if self.table.nomatch_abort => return None,
+                None if self.table.nomatch_abort => {
+                    note(&self.cipher, |seen| seen.sni_refused = true);
+                    return None;
+                }
                 None => 0,
             },
         };
@@ -137,7 +179,14 @@ type Problems = Vec<(String, String)>;
 impl QuicTls {
     /// Reads the certificates of `tls` and builds the rustls configuration. Problems come back
     /// located at the setting that caused them, as the OpenSSL contexts' do.
-    pub(crate) fn build(tls: &TlsSettings, fields: &TlsFields, sessions: Sessions<'_>) -> Result<QuicTls, Problems> {
+    /// With `zero_rtt`, early data is taken from resumed sessions, which are kept by this
+    /// worker (`session_cache_size` of them) and each used once.
+    pub(crate) fn build(
+        tls: &TlsSettings,
+        fields: &TlsFields,
+        sessions: Sessions<'_>,
+        zero_rtt: bool,
+    ) -> Result<QuicTls, Problems> {
         let mut suites = Vec::new();
         for word in tls.ciphersuites.split(':').filter(|w| !w.is_empty()) {
             if let Some((name, suite)) = SUITES.iter().find(|(name, _)| *name == word) {
@@ -203,19 +252,25 @@ impl QuicTls {
             .with_cert_resolver(resolver);
         base.alpn_protocols = vec![b"h3".to_vec()];
         base.ignore_client_order = true;
-        // 0-RTT off: replayable requests are not worth a round trip saved.
         base.max_early_data_size = 0;
         base.send_tls13_tickets = usize::from(tls.session_tickets);
         if !tls.session_tickets {
             base.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         }
-        let tickets = tls.session_tickets.then(|| {
+        let kept = (zero_rtt && tls.session_tickets).then(|| {
+            // QUIC allows no other size than this one (RFC 9001 §4.6.1).
+            base.max_early_data_size = u32::MAX;
+            let store: Arc<dyn StoresServerSessions> =
+                rustls::server::ServerSessionMemoryCache::new(tls.session_cache_size.max(1));
+            store
+        });
+        let tickets = (tls.session_tickets && kept.is_none()).then(|| {
             let (store, lifetime) = sessions;
             let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
             Arc::new(SharedTickets { store: store.clone(), lifetime })
         });
         let files = loaded.into_iter().map(|c| c.path).collect();
-        Ok(QuicTls { base: Arc::new(base), table, tickets, files })
+        Ok(QuicTls { base: Arc::new(base), table, tickets, sessions: kept, files })
     }
 
     /// The configuration of one new connection, which notes what it sees in `seen`.
@@ -223,6 +278,9 @@ impl QuicTls {
         let mut config = rustls::ServerConfig::clone(&self.base);
         if let Some(tickets) = &self.tickets {
             config.ticketer = Arc::new(Noting { tickets: tickets.clone(), seen: seen.clone() });
+        }
+        if let Some(sessions) = &self.sessions {
+            config.session_storage = Arc::new(NotingStore { sessions: sessions.clone(), seen: seen.clone() });
         }
         config.cert_resolver = Arc::new(Resolver { table: self.table.clone(), cipher: seen });
         Arc::new(config)

@@ -7,7 +7,41 @@ use std::time::SystemTime;
 
 use lb_supervisor::report::{Format, Info};
 
-use super::{Failure, Stats, VERSIONS};
+use super::{Failure, Quic, Stats, VERSIONS};
+
+/// The QUIC counters: `show stat` column (HAProxy's name where it has the figure), /metrics
+/// family, `show info` field, help.
+const QUIC: [(Quic, &str, &str, &str, &str); 5] = [
+    (
+        Quic::Retries,
+        "quic_retry_sent",
+        "quic_retries_total",
+        "QuicRetriesSent",
+        "Retry packets sent (address validation).",
+    ),
+    (
+        Quic::ZeroRttAccepted,
+        "quic_0rtt_accepted",
+        "quic_zero_rtt_accepted_total",
+        "Quic0RttAccepted",
+        "QUIC handshakes whose early data (0-RTT) was taken.",
+    ),
+    (
+        Quic::ZeroRttRefused,
+        "quic_0rtt_refused",
+        "quic_zero_rtt_refused_total",
+        "Quic0RttRefused",
+        "QUIC handshakes that offered early data and were refused it.",
+    ),
+    (Quic::LostPackets, "quic_lost_pkt", "quic_lost_packets_total", "QuicLostPackets", "QUIC packets sent and lost."),
+    (
+        Quic::Migrations,
+        "quic_conn_migration_done",
+        "quic_migrations_total",
+        "QuicConnMigrations",
+        "QUIC clients seen on a new address mid-connection.",
+    ),
+];
 
 /// What `show info` and /metrics say of the process beside the counters.
 #[derive(Debug, Clone)]
@@ -36,6 +70,9 @@ pub(crate) fn show_stat(stats: &Stats, process: &Process) -> String {
     for v in VERSIONS {
         let _ = write!(out, ",{}", version_key(v));
     }
+    for (_, column, ..) in QUIC {
+        let _ = write!(out, ",{column}");
+    }
     out.push_str(",\n");
     let pid = std::process::id();
     for (i, (name, t, current)) in stats.rows().iter().enumerate() {
@@ -58,6 +95,9 @@ pub(crate) fn show_stat(stats: &Stats, process: &Process) -> String {
         }
         for i in 0..VERSIONS.len() {
             let _ = write!(out, ",{}", t.versions.get(i).copied().unwrap_or(0));
+        }
+        for (what, ..) in QUIC {
+            let _ = write!(out, ",{}", t.quic(what));
         }
         out.push_str(",\n");
     }
@@ -87,6 +127,9 @@ pub(crate) fn info(stats: &Stats, process: &Process, format: Format) -> String {
         .extra("Tls_library", &process.library)
         // HAProxy counts no bytes in; lb-tls does, as `show stat`'s `bin` summed.
         .extra_counter("TotalBytesIn", sum(|t| t.bytes_in));
+    for (what, _, _, field, _) in QUIC {
+        info.extra_counter(field, rows.iter().map(|(_, t, _)| t.quic(what)).sum());
+    }
     info.render(format)
 }
 
@@ -147,6 +190,12 @@ pub(crate) fn metrics(stats: &Stats, process: &Process) -> String {
     for (fe, t, _) in &rows {
         for (cipher, n) in &t.ciphers {
             sample(&mut out, "frontend_cipher_handshakes_total", fe, ("cipher", cipher), *n);
+        }
+    }
+    for (what, _, name, _, help) in QUIC {
+        family(&mut out, &format!("frontend_{name}"), "counter", help);
+        for (fe, t, _) in &rows {
+            let _ = writeln!(out, "lb_tls_frontend_{name}{{frontend=\"{}\"}} {}", escape(fe), t.quic(what));
         }
     }
     family(&mut out, "frontend_failed_handshakes_total", "counter", "Handshakes that did not complete, by reason.");

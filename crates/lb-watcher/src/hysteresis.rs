@@ -131,6 +131,44 @@ impl State {
         self.arm(now, rng);
     }
 
+    /// [`State::observe`] for a change: `changes` are the servers that changed since the last
+    /// observation of `backend` (`None`: gone), patched in place rather than handed over whole,
+    /// so that a change of a few servers among thousands costs what it touches.
+    pub fn observe_changes(
+        &mut self,
+        backend: &str,
+        changes: impl IntoIterator<Item = (String, Option<Member>)>,
+        now: Instant,
+        rng: &mut impl Rng,
+    ) {
+        let Some(b) = self.backends.get_mut(backend) else { return };
+        let mut changed = false;
+        for (name, member) in changes {
+            match member {
+                Some(member) => {
+                    b.last_seen.remove(&name);
+                    changed |= b.observed.get(&name) != Some(&member);
+                    b.observed.insert(name, member);
+                }
+                None => {
+                    if b.observed.remove(&name).is_some() {
+                        changed = true;
+                        b.last_seen.insert(name, now);
+                    }
+                }
+            }
+        }
+        if changed {
+            b.refused = false;
+        }
+        b.end_of_removals();
+        if !self.seen.iter().any(|s| s == backend) {
+            self.seen.push(backend.to_owned());
+            self.observed_all = self.backends.keys().all(|k| self.seen.contains(k));
+        }
+        self.arm(now, rng);
+    }
+
     /// ZooKeeper came back after a time we know nothing about: whatever was registered then
     /// counts as seen until `now` (the hold starts again), before the fresh observations.
     pub fn resynced(&mut self, now: Instant) {
@@ -158,6 +196,16 @@ impl State {
     }
 
     /// The servers applied now.
+    /// Every backend's applied servers, without a copy.
+    pub fn applied_iter(&self) -> impl Iterator<Item = (&String, &Servers)> {
+        self.backends.iter().map(|(k, b)| (k, &b.applied))
+    }
+
+    /// How many servers ZooKeeper lists for `backend` as last observed.
+    pub fn observed_len(&self, backend: &str) -> usize {
+        self.backends.get(backend).map_or(0, |b| b.observed.len())
+    }
+
     pub fn applied(&self) -> Sets {
         self.backends.iter().map(|(k, b)| (k.clone(), b.applied.clone())).collect()
     }

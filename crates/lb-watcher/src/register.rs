@@ -41,7 +41,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
     registered: Option<tokio::sync::mpsc::UnboundedSender<()>>,
 ) -> Result<(), Error> {
-    let mut node = Node {
+    let node = Node {
         connect_string: registration.zookeeper.clone(),
         session_timeout: registration.session_timeout,
         retry_max: Duration::from_secs(30),

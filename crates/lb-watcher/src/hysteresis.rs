@@ -119,16 +119,9 @@ impl State {
         for name in servers.keys() {
             b.last_seen.remove(name);
         }
-        if b.observed != servers {
-            b.refused = false;
-        }
+        let changed = b.observed != servers;
         b.observed = servers;
-        b.end_of_removals();
-        if !self.seen.iter().any(|s| s == backend) {
-            self.seen.push(backend.to_owned());
-            self.observed_all = self.backends.keys().all(|k| self.seen.contains(k));
-        }
-        self.arm(now, rng);
+        self.observed(backend, changed, now, rng);
     }
 
     /// [`State::observe`] for a change: `changes` are the servers that changed since the last
@@ -158,10 +151,17 @@ impl State {
                 }
             }
         }
-        if changed {
-            b.refused = false;
+        self.observed(backend, changed, now, rng);
+    }
+
+    /// After `backend`'s observation was taken in (`changed`: it differs from the one before).
+    fn observed(&mut self, backend: &str, changed: bool, now: Instant, rng: &mut impl Rng) {
+        if let Some(b) = self.backends.get_mut(backend) {
+            if changed {
+                b.refused = false;
+            }
+            b.end_of_removals();
         }
-        b.end_of_removals();
         if !self.seen.iter().any(|s| s == backend) {
             self.seen.push(backend.to_owned());
             self.observed_all = self.backends.keys().all(|k| self.seen.contains(k));

@@ -120,8 +120,8 @@ pub(crate) struct Engine {
     pub(crate) base_changed: bool,
     /// Bad nodes already warned about, with the data they had: one warning per bad node.
     warned: HashMap<(String, String), Vec<u8>>,
-    /// The applied servers changed since `/status` last listed them (listing 10,000 servers
-    /// after every event was most of an idle lb-watcher's CPU).
+    /// The applied servers changed since `/status` last listed them: the list (a formatted
+    /// line per server, 10,000 at scale) is made once per apply, not after every event.
     applied_changed: bool,
     /// Servers drained but not deleted yet: the drift check deletes them once idle.
     pub(crate) pending_deletes: bool,

@@ -195,7 +195,6 @@ impl State {
         self.last_apply
     }
 
-    /// The servers applied now.
     /// Every backend's applied servers, without a copy.
     pub fn applied_iter(&self) -> impl Iterator<Item = (&String, &Servers)> {
         self.backends.iter().map(|(k, b)| (k, &b.applied))
@@ -206,6 +205,7 @@ impl State {
         self.backends.get(backend).map_or(0, |b| b.observed.len())
     }
 
+    /// The servers applied now.
     pub fn applied(&self) -> Sets {
         self.backends.iter().map(|(k, b)| (k.clone(), b.applied.clone())).collect()
     }

@@ -8,6 +8,12 @@
 
 use std::collections::HashMap;
 
+// Every node's path is hashed two or three times (its value, its key, its mapping's duplicate
+// check): foldhash instead of std's SipHash, with each key's path built once, takes reading
+// back lb-watcher's 10,000-server file (1 MB) from 80 to 70 ms. It is seeded per process, and
+// these are configuration files, not network input.
+use foldhash::fast::RandomState;
+
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
@@ -38,8 +44,8 @@ pub struct DuplicateKey {
 /// Field path → position, for every node of the first document.
 #[derive(Debug, Default)]
 pub struct Locations {
-    values: HashMap<String, Pos>,
-    keys: HashMap<String, Pos>,
+    values: HashMap<String, Pos, RandomState>,
+    keys: HashMap<String, Pos, RandomState>,
     pub duplicate_keys: Vec<DuplicateKey>,
 }
 
@@ -109,9 +115,9 @@ enum Frame {
     Map {
         path: String,
         start: Marker,
-        /// The key whose value comes next, with where it was written.
+        /// The path of the key whose value comes next, with where the key was written.
         key: Option<(String, Pos)>,
-        seen: HashMap<String, Pos>,
+        seen: HashMap<String, Pos, RandomState>,
         first_key: bool,
     },
     Seq {
@@ -160,9 +166,7 @@ impl Walker {
                 *next += 1;
                 Some((path, None))
             }
-            Frame::Map { path, key, .. } if key.is_some() => {
-                key.take().map(|(name, key_pos)| (child(path, &name), Some(key_pos)))
-            }
+            Frame::Map { key, .. } if key.is_some() => key.take().map(|(full, key_pos)| (full, Some(key_pos))),
             Frame::Map { path, start, key, seen, first_key } => {
                 let pos = Pos::of(mark);
                 let name = match ev {
@@ -173,7 +177,7 @@ impl Walker {
                 if let Some(first) = seen.get(&name) {
                     self.locations.duplicate_keys.push(DuplicateKey { path: full.clone(), first: *first, again: pos });
                 } else {
-                    seen.insert(name.clone(), pos);
+                    seen.insert(name, pos);
                 }
                 // A block mapping's start mark lands just after its first key; a flow
                 // mapping's is its `{`. Whichever comes first is where the mapping starts.
@@ -182,8 +186,8 @@ impl Walker {
                     self.locations.values.insert(map_path, pos);
                 }
                 *first_key = false;
-                *key = Some((name, pos));
-                self.locations.keys.insert(full, pos);
+                self.locations.keys.insert(full.clone(), pos);
+                *key = Some((full, pos));
                 if matches!(ev, Event::MappingStart(..) | Event::SequenceStart(..)) {
                     self.stack.push(Frame::Skip { depth: 1 });
                 }
@@ -222,7 +226,7 @@ impl MarkedEventReceiver for Walker {
         match ev {
             Event::MappingStart(..) => {
                 self.record(path.clone(), pos);
-                self.stack.push(Frame::Map { path, start: mark, key: None, seen: HashMap::new(), first_key: true });
+                self.stack.push(Frame::Map { path, start: mark, key: None, seen: HashMap::default(), first_key: true });
             }
             Event::SequenceStart(..) => {
                 self.record(path.clone(), pos);

@@ -66,7 +66,7 @@ pub async fn run_with(config: Config, mut shutdown: watch::Receiver<bool>, share
         was_disconnected: false,
         base_changed,
         warned: HashMap::new(),
-        servers: HashMap::new(),
+        applied_changed: true,
         pending_deletes: false,
         retry: RETRY_MIN,
     };
@@ -120,9 +120,9 @@ pub(crate) struct Engine {
     pub(crate) base_changed: bool,
     /// Bad nodes already warned about, with the data they had: one warning per bad node.
     warned: HashMap<(String, String), Vec<u8>>,
-    /// Every watched backend's servers as ZooKeeper has them now, kept up to date change by
-    /// change (a change parses only the nodes it touched).
-    servers: HashMap<String, Servers>,
+    /// The applied servers changed since `/status` last listed them: the list (a formatted
+    /// line per server, 10,000 at scale) is made once per apply, not after every event.
+    applied_changed: bool,
     /// Servers drained but not deleted yet: the drift check deletes them once idle.
     pub(crate) pending_deletes: bool,
     retry: Duration,
@@ -185,19 +185,21 @@ impl Engine {
             ZkEvent::Changes { path, nodes } => {
                 let services: Vec<_> = self.config.services.iter().filter(|s| s.path == path).cloned().collect();
                 for service in services {
-                    let mut servers = self.servers.remove(&service.backend).unwrap_or_default();
+                    let mut changes = Vec::with_capacity(nodes.len());
                     for (name, data) in &nodes {
                         let member = data.as_ref().and_then(|data| self.member(&service, &path, name, data));
-                        match member {
-                            Some(member) => servers.insert(name.clone(), member),
-                            None => servers.remove(name),
-                        };
                         if data.is_none() {
                             self.warned.remove(&(format!("{}:{path}", service.backend), name.clone()));
                         }
+                        changes.push((name.clone(), member));
                     }
-                    let read = format!("{path}: {} nodes changed", nodes.len());
-                    self.observe(&service, &read, servers, now);
+                    self.state.observe_changes(&service.backend, changes, now, &mut self.rng);
+                    tracing::debug!(
+                        "{path}: {} nodes changed, {} servers for backend {}",
+                        nodes.len(),
+                        self.state.observed_len(&service.backend),
+                        service.backend
+                    );
                 }
             }
         }
@@ -206,7 +208,6 @@ impl Engine {
     /// `service`'s servers as ZooKeeper has them now, after `read`, to the hysteresis.
     fn observe(&mut self, service: &Service, read: &str, servers: Servers, now: Instant) {
         tracing::debug!("{read}, {} servers for backend {}", servers.len(), service.backend);
-        self.servers.insert(service.backend.clone(), servers.clone());
         self.state.observe(&service.backend, servers, now, &mut self.rng);
     }
 
@@ -270,6 +271,7 @@ impl Engine {
         match result {
             Ok(()) => {
                 self.retry = RETRY_MIN;
+                self.applied_changed = true;
                 self.state.applied_ok(sets, now, &mut self.rng);
             }
             Err(()) => {
@@ -279,19 +281,23 @@ impl Engine {
         }
     }
 
-    fn publish(&self) {
-        let applied = self.state.applied();
+    fn publish(&mut self) {
         let pending = self.state.pending();
         let refused = self.state.refused();
         let due = if self.frozen { None } else { self.state.due() };
-        self.shared.update(|s| {
-            s.servers = applied
-                .iter()
+        let listed = std::mem::take(&mut self.applied_changed).then(|| {
+            self.state
+                .applied_iter()
                 .map(|(b, servers)| {
                     let list = servers.iter().map(|(n, m)| (n.clone(), format!("{} weight {}", m.address, m.weight)));
                     (b.clone(), list.collect())
                 })
-                .collect();
+                .collect()
+        });
+        self.shared.update(|s| {
+            if let Some(listed) = listed {
+                s.servers = listed;
+            }
             s.pending = pending;
             s.refused = refused;
             s.pending_due_in_ms =

@@ -13,52 +13,35 @@
 use std::time::Duration;
 
 use tokio::sync::watch;
-use zookeeper_client::{Client, SessionState};
+use zookeeper_client::Client;
 
 use crate::apply::Applier;
 use crate::config::{Fleet, Zookeeper};
-use crate::register::create_ephemeral;
+use crate::register::Node;
+use crate::zk::{wait_connected, Ended};
 
 /// How often the share is read and sent again without a change.
 const RECHECK: Duration = Duration::from_secs(5);
-const RETRY_MIN: Duration = Duration::from_millis(200);
 
 /// Keeps this node registered and lb-proxy's share up to date until `shutdown` turns true;
 /// then deletes the node.
 pub(crate) async fn run(settings: Zookeeper, fleet: Fleet, applier: Applier, mut shutdown: watch::Receiver<bool>) {
-    let mut retry = RETRY_MIN;
-    let connect_string = settings.connect_string();
-    let node = fleet.node_path();
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let Some(client) = crate::zk::connect(&settings, &connect_string, &mut shutdown).await else { return };
-        let created = match client {
-            Ok(client) => create_ephemeral(&client, &fleet.path, &node, b"").await.map(|()| client),
-            Err(source) => Err(crate::Error::Zookeeper { what: format!("connecting to {connect_string}"), source }),
-        };
-        let client = match created {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::warn!("fleet: {e}; retrying in {retry:?}");
-                tokio::select! {
-                    () = tokio::time::sleep(retry) => {}
-                    _ = shutdown.changed() => return,
-                }
-                retry = (retry * 2).min(settings.retry_max);
-                continue;
-            }
-        };
-        retry = RETRY_MIN;
-        tracing::info!("fleet: registered {node}");
+    let node = Node {
+        connect_string: settings.connect_string(),
+        session_timeout: settings.session_timeout,
+        retry_max: settings.retry_max,
+        dir: fleet.path.clone(),
+        path: fleet.node_path(),
+        data: Vec::new(),
+        what: "fleet: ",
+    };
+    while let Some(client) = node.session(&mut shutdown).await {
+        tracing::info!("fleet: registered {}", node.path);
         if follow(&client, &fleet, &applier, &mut shutdown).await {
-            if let Err(e) = client.delete(&node, None).await {
-                tracing::warn!("fleet: deleting {node}: {e}");
-            }
+            node.delete(&client).await;
             return;
         }
-        tracing::warn!("fleet: session ended; registering {node} again");
+        tracing::warn!("fleet: session ended; registering {} again", node.path);
     }
 }
 
@@ -99,19 +82,11 @@ async fn follow(client: &Client, fleet: &Fleet, applier: &Applier, shutdown: &mu
         tokio::select! {
             () = fired => {}
             () = tokio::time::sleep(RECHECK) => {}
-            s = state.changed() => match s {
-                SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => return false,
-                // Disconnected: nothing is read until connected again; then read at once.
-                _ => {
-                    while !matches!(client.state(), SessionState::SyncConnected | SessionState::ConnectedReadOnly) {
-                        tokio::select! {
-                            s = state.changed() => if matches!(s, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) {
-                                return false;
-                            },
-                            _ = shutdown.changed() => return true,
-                        }
-                    }
-                }
+            // Disconnected: nothing is read until connected again; then read at once.
+            _ = state.changed() => match wait_connected(&mut state, shutdown).await {
+                None => {}
+                Some(Ended::Shutdown) => return true,
+                Some(_) => return false,
             },
             _ = shutdown.changed() => return true,
         }

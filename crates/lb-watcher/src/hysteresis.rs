@@ -119,11 +119,49 @@ impl State {
         for name in servers.keys() {
             b.last_seen.remove(name);
         }
-        if b.observed != servers {
-            b.refused = false;
-        }
+        let changed = b.observed != servers;
         b.observed = servers;
-        b.end_of_removals();
+        self.observed(backend, changed, now, rng);
+    }
+
+    /// [`State::observe`] for a change: `changes` are the servers that changed since the last
+    /// observation of `backend` (`None`: gone), patched in place rather than handed over whole,
+    /// so that a change of a few servers among thousands costs what it touches.
+    pub fn observe_changes(
+        &mut self,
+        backend: &str,
+        changes: impl IntoIterator<Item = (String, Option<Member>)>,
+        now: Instant,
+        rng: &mut impl Rng,
+    ) {
+        let Some(b) = self.backends.get_mut(backend) else { return };
+        let mut changed = false;
+        for (name, member) in changes {
+            match member {
+                Some(member) => {
+                    b.last_seen.remove(&name);
+                    changed |= b.observed.get(&name) != Some(&member);
+                    b.observed.insert(name, member);
+                }
+                None => {
+                    if b.observed.remove(&name).is_some() {
+                        changed = true;
+                        b.last_seen.insert(name, now);
+                    }
+                }
+            }
+        }
+        self.observed(backend, changed, now, rng);
+    }
+
+    /// After `backend`'s observation was taken in (`changed`: it differs from the one before).
+    fn observed(&mut self, backend: &str, changed: bool, now: Instant, rng: &mut impl Rng) {
+        if let Some(b) = self.backends.get_mut(backend) {
+            if changed {
+                b.refused = false;
+            }
+            b.end_of_removals();
+        }
         if !self.seen.iter().any(|s| s == backend) {
             self.seen.push(backend.to_owned());
             self.observed_all = self.backends.keys().all(|k| self.seen.contains(k));
@@ -155,6 +193,16 @@ impl State {
 
     pub fn last_apply(&self) -> Option<Instant> {
         self.last_apply
+    }
+
+    /// Every backend's applied servers, without a copy.
+    pub fn applied_iter(&self) -> impl Iterator<Item = (&String, &Servers)> {
+        self.backends.iter().map(|(k, b)| (k, &b.applied))
+    }
+
+    /// How many servers ZooKeeper lists for `backend` as last observed.
+    pub fn observed_len(&self, backend: &str) -> usize {
+        self.backends.get(backend).map_or(0, |b| b.observed.len())
     }
 
     /// The servers applied now.

@@ -41,53 +41,83 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
     registered: Option<tokio::sync::mpsc::UnboundedSender<()>>,
 ) -> Result<(), Error> {
-    let mut retry = Duration::from_millis(200);
-    loop {
-        let client = tokio::select! {
-            c = Client::connector().with_session_timeout(registration.session_timeout).connect(&registration.zookeeper) => c,
-            _ = shutdown.changed() => return Ok(()),
-        };
-        let client = match client {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!("ZooKeeper {}: {e}; retrying in {retry:?}", registration.zookeeper);
-                tokio::select! {
-                    () = tokio::time::sleep(retry) => {}
-                    _ = shutdown.changed() => return Ok(()),
-                }
-                retry = (retry * 2).min(Duration::from_secs(30));
-                continue;
-            }
-        };
-        retry = Duration::from_millis(200);
-        let (node, data) = (registration.node_path(), registration.data());
-        if let Err(e) = create_ephemeral(&client, &registration.path, &node, data.as_bytes()).await {
-            tracing::warn!("{e}; retrying");
-            tokio::time::sleep(retry).await;
-            continue;
-        }
+    let node = Node {
+        connect_string: registration.zookeeper.clone(),
+        session_timeout: registration.session_timeout,
+        retry_max: Duration::from_secs(30),
+        dir: registration.path.clone(),
+        path: registration.node_path(),
+        data: registration.data().into_bytes(),
+        what: "",
+    };
+    while let Some(client) = node.session(&mut shutdown).await {
         tracing::info!("registered {} as {}", registration.node_path(), registration.data());
         if let Some(tx) = &registered {
             let _ = tx.send(());
         }
         let mut state = client.state_watcher();
-        loop {
+        let ended = loop {
             tokio::select! {
-                s = state.changed() => match s {
-                    SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
-                        tracing::warn!("session ended ({s:?}): registering again");
-                        break;
-                    }
-                    _ => {}
+                s = state.changed() => if matches!(s, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) {
+                    tracing::warn!("session ended ({s:?}): registering again");
+                    break false;
                 },
-                _ = shutdown.changed() => {
-                    let deleted = client.delete(&registration.node_path(), None).await;
-                    if let Err(e) = deleted {
-                        tracing::warn!("deleting {}: {e}", registration.node_path());
-                    }
-                    return Ok(());
-                }
+                _ = shutdown.changed() => break true,
             }
+        };
+        if ended {
+            node.delete(&client).await;
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// An ephemeral node kept registered across sessions: what `lbctl register` and lb-watcher's
+/// fleet membership share.
+pub(crate) struct Node {
+    pub(crate) connect_string: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) retry_max: Duration,
+    /// The node's parent (created persistent if missing), the node, its data.
+    pub(crate) dir: String,
+    pub(crate) path: String,
+    pub(crate) data: Vec<u8>,
+    /// Before each warning (`"fleet: "`).
+    pub(crate) what: &'static str,
+}
+
+impl Node {
+    /// A new session with the node created in it, retried with backoff up to `retry_max`;
+    /// `None` when `shutdown` turned true first.
+    pub(crate) async fn session(&self, shutdown: &mut watch::Receiver<bool>) -> Option<Client> {
+        let mut retry = Duration::from_millis(200);
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let client = crate::zk::connect(self.session_timeout, &self.connect_string, shutdown).await?;
+            let created = match client {
+                Ok(client) => create_ephemeral(&client, &self.dir, &self.path, &self.data).await.map(|()| client),
+                Err(source) => Err(Error::Zookeeper { what: format!("connecting to {}", self.connect_string), source }),
+            };
+            match created {
+                Ok(client) => return Some(client),
+                Err(e) => tracing::warn!("{}{e}; retrying in {retry:?}", self.what),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(retry) => {}
+                _ = shutdown.changed() => return None,
+            }
+            retry = (retry * 2).min(self.retry_max);
+        }
+    }
+
+    /// Deletes the node on the way out, so that others see it gone now rather than at the
+    /// session's expiry.
+    pub(crate) async fn delete(&self, client: &Client) {
+        if let Err(e) = client.delete(&self.path, None).await {
+            tracing::warn!("{}deleting {}: {e}", self.what, self.path);
         }
     }
 }

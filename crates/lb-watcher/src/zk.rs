@@ -63,13 +63,13 @@ const ARM_RETRY: Duration = Duration::from_secs(1);
 /// One connection attempt with the configured timeouts; `None` when `shutdown` turned true
 /// first.
 pub(crate) async fn connect(
-    settings: &Zookeeper,
+    session_timeout: Duration,
     connect_string: &str,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Result<Client, zookeeper_client::Error>> {
     let connecting = Client::connector()
-        .with_session_timeout(settings.session_timeout)
-        .with_connection_timeout(settings.session_timeout.min(Duration::from_secs(5)))
+        .with_session_timeout(session_timeout)
+        .with_connection_timeout(session_timeout.min(Duration::from_secs(5)))
         .connect(connect_string);
     tokio::select! {
         r = connecting => Some(r),
@@ -92,7 +92,7 @@ pub async fn run(
         if *shutdown.borrow() {
             return;
         }
-        let Some(client) = connect(&settings, &connect_string, &mut shutdown).await else { return };
+        let Some(client) = connect(settings.session_timeout, &connect_string, &mut shutdown).await else { return };
         let client = match client {
             Ok(client) => client,
             Err(e) => {
@@ -126,7 +126,7 @@ pub async fn run(
     }
 }
 
-enum Ended {
+pub(crate) enum Ended {
     Shutdown,
     EngineGone,
     Expired,
@@ -262,8 +262,11 @@ impl<'a> Follow<'a> {
 
     /// The next event of any watch. Cancel-safe: an event not returned stays queued.
     async fn next_event(&mut self) -> (usize, WatchedEvent) {
-        if self.watchers.is_empty() {
-            return std::future::pending().await;
+        match self.watchers.as_mut_slice() {
+            [] => return std::future::pending().await,
+            // One path (the usual case): waited on in place, nothing allocated per event.
+            [watcher] => return (0, watcher.changed().await),
+            _ => {}
         }
         let waits = self.watchers.iter_mut().enumerate().map(|(i, w)| async move { (i, w.changed().await) }.boxed());
         select_all(waits).await.0
@@ -392,7 +395,7 @@ impl<'a> Follow<'a> {
 }
 
 /// Waits for the session to be connected again: `None` when it is, else why it ended.
-async fn wait_connected(
+pub(crate) async fn wait_connected(
     state: &mut zookeeper_client::StateWatcher,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Ended> {

@@ -408,3 +408,33 @@ fn a_registration_coming_back_after_a_restore_is_followed_as_usual() {
     assert_eq!(decisions.len(), 1, "{decisions:?}");
     assert_eq!(sim.applied(), servers(0..10));
 }
+
+/// A change patched in (what lb-watcher does between whole reads) decides exactly as the whole
+/// set observed: the same removal rounds, hold and window.
+#[test]
+fn changes_patched_in_decide_as_the_whole_set_observed() {
+    let mut whole = Sim::new(settings(), servers(0..10));
+    let mut patched = Sim::new(settings(), servers(0..10));
+    for sim in [&mut whole, &mut patched] {
+        sim.observe(0.0, servers(0..10));
+    }
+    whole.observe(1.0, servers(3..12));
+    let gone = (0..3).map(|i| (format!("s{i}"), None));
+    let joined = (10..12).map(|i| (format!("s{i}"), Some(member(i))));
+    let moved = Member { weight: 50, ..member(5) };
+    let now = patched.at(1.0);
+    patched.state.observe_changes("api", gone.chain(joined), now, &mut patched.rng);
+    assert_eq!(whole.state.pending(), patched.state.pending());
+    assert_eq!(whole.due_secs(), patched.due_secs());
+    for t in [16.0, 31.0, 46.0, 61.0, 76.0] {
+        assert_eq!(whole.tick(t), patched.tick(t), "at {t} s");
+    }
+    assert_eq!(patched.applied(), servers(3..12));
+    // A server changed in place, and a change that changes nothing.
+    let now = patched.at(80.0);
+    patched.state.observe_changes("api", [("s5".to_owned(), Some(moved.clone()))], now, &mut patched.rng);
+    assert_eq!(patched.state.pending()[0].update, ["s5"]);
+    patched.state.observe_changes("api", [("s5".to_owned(), Some(member(5)))], now, &mut patched.rng);
+    assert_eq!(patched.state.due(), None, "back to what is applied: nothing pending");
+    assert_eq!(patched.state.observed_len("api"), 9);
+}

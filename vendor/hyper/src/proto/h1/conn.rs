@@ -272,6 +272,12 @@ where
                     }
                 }
 
+                // Nothing of a next message yet (a change to hyper 1.12.0 for lb-proxy): the
+                // header map kept for reuse goes, as the read buffer does, so that an idle
+                // connection holds none.
+                if self.io.read_buf().is_empty() {
+                    self.state.cached_headers = None;
+                }
                 return Poll::Pending;
             }
         };

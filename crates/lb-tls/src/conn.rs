@@ -20,7 +20,6 @@ use crate::config::{BackendAddr, WriteProxy};
 use crate::copy;
 use crate::counted::Counted;
 use crate::drained::{Drained, ReadReady, Socket};
-use crate::ffi;
 use crate::library::reason_words;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
@@ -78,8 +77,7 @@ where
             true => Some(proxy_header::read(&mut stream).await.map_err(|e| (Failure::ProxyHeader, e))?),
             false => None,
         };
-        let mut ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
-        ffi::shed_handshake_config(&mut ssl);
+        let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
         let mut tls = TlsStream::new(ssl, Socket::new(stream)).map_err(|e| (Failure::Other, e.to_string()))?;
         match tls.accept().await {
             Ok(()) => {

@@ -126,12 +126,12 @@ where
         BackendAddr::Tcp(a) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
             Ok(backend) => {
                 let _ = backend.set_nodelay(true);
-                return forward(tls, backend, &header, stats).await;
+                return forward(tls, backend, header, stats).await;
             }
             Err(why) => why,
         },
         BackendAddr::Unix(p) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
-            Ok(backend) => return forward(tls, backend, &header, stats).await,
+            Ok(backend) => return forward(tls, backend, header, stats).await,
             Err(why) => why,
         },
     };
@@ -210,15 +210,17 @@ async fn close<S: AsyncRead + AsyncWrite + Unpin>(tls: &mut TlsStream<S>) {
 
 /// The header, then both directions until each has ended (a finished direction shuts the
 /// other side's write half down: half-close is kept), counted in `stats`.
-async fn forward<S, B>(mut tls: TlsStream<Socket<S>>, mut backend: B, header: &[u8], stats: &FrontendStats)
+async fn forward<S, B>(mut tls: TlsStream<Socket<S>>, mut backend: B, header: Vec<u8>, stats: &FrontendStats)
 where
     S: AsyncRead + AsyncWrite + ReadReady + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    if !header.is_empty() && backend.write_all(header).await.is_err() {
+    if !header.is_empty() && backend.write_all(&header).await.is_err() {
         close(&mut tls).await;
         return;
     }
+    // Not kept for the connection's life (the task's state would hold it while idle).
+    drop(header);
     let mut backend = Counted::new(backend, stats);
     // Responses are the bulk: read them 16 KiB at a time, one full TLS record per write.
     // Requests go in 8 KiB reads. (Into the thread's buffer: the connection holds one only

@@ -137,6 +137,11 @@ impl OnEnd for Exchange {
                         // HTTP/1: the one connection; HTTP/2: one per stream served at once.
                         let keep = if ctx.is_h2() { ctx.fe.config.http2.max_concurrent_streams as usize } else { 1 };
                         if pinned.len() < keep {
+                            // One slot to start with, not a growing vector's four: an idle
+                            // HTTP/1 connection keeps this for its life.
+                            if pinned.capacity() == 0 {
+                                pinned.reserve_exact(1);
+                            }
                             pinned.push(up);
                         }
                     }

@@ -8,8 +8,8 @@
 //!     Runs a load; prints the report on stdout as JSON (requests, errors, seconds, rps,
 //!     p50_ms, p99_ms, p999_ms; latency from each request's due time under --rate).
 //! h3-load --addr … --hold N
-//!     Opens N connections, one request on each, prints `held N` and keeps them open until
-//!     stdin closes.
+//!     Opens N connections (--connections at a time), one request on each, prints `held N` and
+//!     keeps them open until stdin closes.
 //! ```
 
 use std::io::Read;

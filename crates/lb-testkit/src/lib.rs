@@ -17,6 +17,7 @@
 //! - [`bin_path`], [`free_port`], [`wait_until`]: finding binaries, picking ports, polling.
 //! - [`load`]: a load generator (new-connection, keep-alive and slow clients) that classifies
 //!   every request by how it ended: for reloads under load, and the `lb-load` benchmark tool.
+//! - [`h3load`]: an HTTP/3 load generator (quinn + h3), the `h3-load` benchmark tool.
 //! - [`lbctl`]: the master's control socket, through the real `lbctl` binary or directly.
 //! - [`notify`]: a stand-in for systemd's `NOTIFY_SOCKET`, and `CLOCK_MONOTONIC`.
 //! - [`procfs`]: children, fds, RSS, environment and listening sockets of a process.
@@ -49,6 +50,7 @@ pub mod certs;
 mod child;
 pub mod client;
 pub mod h2;
+pub mod h3load;
 pub mod haproxy;
 pub mod lbctl;
 pub mod load;

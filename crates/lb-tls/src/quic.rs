@@ -60,12 +60,25 @@ fn server_config(tls: &QuicTls, seen: tls::Chosen, max_streams: u32) -> Result<q
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(seen.clone()))
         .map_err(|e| e.to_string())?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(early::Noted::new(crypto, seen)));
+    server.transport_config(transport(max_streams));
+    Ok(server)
+}
+
+/// The transport settings of connections with `max_streams`, built once per value (one per
+/// frontend, in practice) rather than per handshake.
+fn transport(max_streams: u32) -> Arc<quinn::TransportConfig> {
+    static BUILT: std::sync::Mutex<Vec<(u32, Arc<quinn::TransportConfig>)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, transport)) = built.iter().find(|(n, _)| *n == max_streams) {
+        return transport.clone();
+    }
     let mut transport = quinn::TransportConfig::default();
     transport.max_concurrent_bidi_streams(max_streams.into());
     // Clients open three unidirectional streams (control, QPACK encoder and decoder).
     transport.max_concurrent_uni_streams(3u32.into());
-    server.transport_config(Arc::new(transport));
-    Ok(server)
+    let transport = Arc::new(transport);
+    built.push((max_streams, transport.clone()));
+    transport
 }
 
 /// What a UDP frontend's accept loop and its connections share.

@@ -21,10 +21,11 @@ use crate::conn::connect_within;
 /// Request body frames in flight from the QUIC stream to the hop, per request.
 const BODY_FRAMES: usize = 4;
 
-/// A request body fed from the QUIC stream.
+/// A request body fed from the QUIC stream; none when the stream had ended before the request
+/// went up (then known empty: the hop's HEADERS frame ends the stream).
 #[derive(Debug)]
 pub(crate) struct HopBody {
-    frames: mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
+    frames: Option<mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>>,
 }
 
 impl Body for HopBody {
@@ -32,7 +33,14 @@ impl Body for HopBody {
     type Error = std::io::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.frames.poll_recv(cx)
+        match &mut self.frames {
+            Some(frames) => frames.poll_recv(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_none()
     }
 }
 
@@ -73,17 +81,48 @@ type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 /// One HTTP/3 request through the hop: its body goes up while the response comes down.
 pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: Stream) {
     let (mut down, mut up) = stream.split();
+    // What the stream already holds. Most GETs come with their stream's end in the same packet:
+    // their body is then known empty, and the hop sends one HEADERS frame ending the stream
+    // rather than HEADERS and, once the body is polled, an empty DATA frame (two writes, and
+    // two wake-ups of lb-proxy).
+    let mut reading_data = true;
+    let mut first = None;
+    let mut empty = false;
+    match now(|cx| up.poll_recv_data(cx).map(|r| r.map(|d| d.map(|mut d| d.copy_to_bytes(d.remaining()))))) {
+        Poll::Pending => {}
+        Poll::Ready(Ok(Some(data))) => first = Some(Ok(Frame::data(data))),
+        Poll::Ready(Err(e)) => first = Some(Err(std::io::Error::other(e.to_string()))),
+        Poll::Ready(Ok(None)) => {
+            reading_data = false;
+            match now(|cx| up.poll_recv_trailers(cx)) {
+                Poll::Pending => {}
+                Poll::Ready(Ok(None)) => empty = true,
+                Poll::Ready(Ok(Some(trailers))) => first = Some(Ok(Frame::trailers(trailers))),
+                Poll::Ready(Err(e)) => first = Some(Err(std::io::Error::other(e.to_string()))),
+            }
+        }
+    }
     let (frames, body) = mpsc::channel(BODY_FRAMES);
     let upload = async move {
+        if empty {
+            return;
+        }
         loop {
-            let frame = match up.recv_data().await {
-                Ok(Some(mut data)) => Ok(Frame::data(data.copy_to_bytes(data.remaining()))),
-                Ok(None) => match up.recv_trailers().await {
+            let frame = match first.take() {
+                Some(frame) => frame,
+                None if reading_data => match up.recv_data().await {
+                    Ok(Some(mut data)) => Ok(Frame::data(data.copy_to_bytes(data.remaining()))),
+                    Ok(None) => {
+                        reading_data = false;
+                        continue;
+                    }
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                },
+                None => match up.recv_trailers().await {
                     Ok(Some(trailers)) => Ok(Frame::trailers(trailers)),
                     Ok(None) => return,
                     Err(e) => Err(std::io::Error::other(e.to_string())),
                 },
-                Err(e) => Err(std::io::Error::other(e.to_string())),
             };
             let last = !frame.as_ref().is_ok_and(Frame::is_data);
             if frames.send(frame).await.is_err() || last {
@@ -91,8 +130,9 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
             }
         }
     };
+    let body = HopBody { frames: (!empty).then_some(body) };
     let (parts, ()) = request.into_parts();
-    let request = http::Request::from_parts(parts, HopBody { frames: body });
+    let request = http::Request::from_parts(parts, body);
     let download = async move {
         if hop.ready().await.is_err() {
             return answer(&mut down, http::StatusCode::BAD_GATEWAY).await;
@@ -108,6 +148,11 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
         relay(body, &mut down).await;
     };
     tokio::join!(upload, download);
+}
+
+/// `poll` once, with a waker that does nothing: what is ready now.
+fn now<T>(poll: impl FnOnce(&mut Context<'_>) -> Poll<T>) -> Poll<T> {
+    poll(&mut Context::from_waker(std::task::Waker::noop()))
 }
 
 /// The response body, frame by frame, then the end of the stream.

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use quinn::udp::{RecvMeta, Transmit, UdpSocketState};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -105,14 +105,19 @@ impl Sockets {
         lock(&self.owned).insert(peer, socket.clone());
         let inbox = self.inbox_tx.clone();
         let reader = tokio::spawn(async move {
-            let mut buf = [0u8; MAX_DATAGRAM];
+            // Datagrams are read straight into shared blocks, handed on without another copy
+            // until quinn's own buffer.
+            let mut block = BytesMut::new();
             loop {
+                block.reserve(MAX_DATAGRAM);
                 // Errors are the ICMP ones a connected socket reports (port unreachable): the
                 // connection's own timers deal with a client gone.
-                if let Ok(n) = socket.recv(&mut buf).await {
-                    if inbox.send((peer, Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                if socket.recv_buf(&mut block).await.is_ok() {
+                    if inbox.send((peer, block.split().freeze())).await.is_err() {
                         return;
                     }
+                } else {
+                    block.clear();
                 }
             }
         });
@@ -146,12 +151,20 @@ impl AsyncUdpSocket for Sockets {
         bufs: &mut [IoSliceMut<'_>],
         meta: &mut [RecvMeta],
     ) -> Poll<io::Result<usize>> {
-        if let Poll::Ready(Some((peer, data))) = lock(&self.inbox).poll_recv(cx) {
-            let (Some(buf), Some(slot)) = (bufs.first_mut(), meta.first_mut()) else { return Poll::Ready(Ok(0)) };
+        // As many of the connected sockets' datagrams as quinn has buffers for, in one call.
+        let mut inbox = lock(&self.inbox);
+        let mut filled = 0;
+        for (buf, slot) in bufs.iter_mut().zip(meta.iter_mut()) {
+            let next = if filled == 0 { inbox.poll_recv(cx) } else { Poll::Ready(inbox.try_recv().ok()) };
+            let Poll::Ready(Some((peer, data))) = next else { break };
             let len = data.len().min(buf.len());
             buf[..len].copy_from_slice(&data[..len]);
             *slot = RecvMeta { addr: peer, len, stride: len, ecn: None, dst_ip: None };
-            return Poll::Ready(Ok(1));
+            filled += 1;
+        }
+        drop(inbox);
+        if filled > 0 {
+            return Poll::Ready(Ok(filled));
         }
         if !self.listening.load(Ordering::Relaxed) {
             return Poll::Pending;

@@ -267,7 +267,7 @@ impl QuicTls {
         let tickets = (tls.session_tickets && kept.is_none()).then(|| {
             let (store, lifetime) = sessions;
             let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
-            Arc::new(SharedTickets { store: store.clone(), lifetime })
+            Arc::new(SharedTickets::new(store.clone(), lifetime))
         });
         let files = loaded.into_iter().map(|c| c.path).collect();
         Ok(QuicTls { base: Arc::new(base), table, tickets, sessions: kept, files })

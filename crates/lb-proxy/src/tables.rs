@@ -15,6 +15,7 @@
 //!
 //! # Layout
 //! - this file: [`Tables`] (by name) and [`Table`] (shards, the track and update calls).
+//! - `fuzz`: the hand-over's bytes for the fuzzer.
 //! - `handover`: every entry to the next worker at a reload, and what was counted after.
 //! - `key`: keys, from requests and from runtime commands.
 //! - `row`: an entry's cells: counts, rates (HAProxy's `freq_ctr`), the token bucket.
@@ -22,6 +23,7 @@
 //! - `show`: `show table`, `clear table`, `set table`.
 //! - `track`: what a connection or a request holds, and a request's slots (`sc0`–`sc2`).
 
+pub(crate) mod fuzz;
 pub(crate) mod handover;
 mod key;
 mod row;

@@ -30,8 +30,8 @@ use super::{Key, Layout, Now, Row, Table, Tables};
 /// messages of at most 64 MiB.
 const BUDGET: usize = 40 << 20;
 
-const MAGIC: &[u8; 4] = b"LBT1";
-const FULL: u8 = 0;
+pub(super) const MAGIC: &[u8; 4] = b"LBT1";
+pub(super) const FULL: u8 = 0;
 const DELTA: u8 = 1;
 
 /// Every table's entries, for the next worker; kept to tell later what was counted after.
@@ -129,7 +129,7 @@ fn header(now: Now) -> Vec<u8> {
     out
 }
 
-fn table_header(out: &mut Vec<u8>, table: &Table, kind: u8) {
+pub(super) fn table_header(out: &mut Vec<u8>, table: &Table, kind: u8) {
     for text in [table.name().to_owned(), Layout::signature(&table.config)] {
         varint(out, text.len() as u64);
         out.extend_from_slice(text.as_bytes());
@@ -184,6 +184,9 @@ impl Table {
         if expire < now.secs() {
             return;
         }
+        // Never longer than this table's own expiry from now (a hand-over's figure is read, not
+        // trusted: a worker of a longer `expire`, or damaged bytes).
+        let expire = expire.min(now.secs().saturating_add(self.expire_secs));
         let mut theirs = cells.to_vec();
         self.update(key, now, |row, _| {
             let handed = Row { layout: row.layout, cells: &mut theirs, now };
@@ -290,7 +293,7 @@ fn parse(bytes: &[u8]) -> Option<Vec<Handed>> {
         for _ in 0..n {
             let (key, r) = Key::decode(rest)?;
             rest = r;
-            let expire = (now / 1000 + take_varint(&mut rest)?) as u32;
+            let expire = u32::try_from((now / 1000).saturating_add(take_varint(&mut rest)?)).unwrap_or(u32::MAX);
             let cells = match (&layout, kind) {
                 (Some(kinds), FULL) => full_cells(&mut rest, kinds, now)?,
                 (Some(stored), _) => delta_values(&mut rest, stored, now)?,
@@ -371,7 +374,7 @@ fn delta_values(rest: &mut &[u8], kinds: &Shape, now: u64) -> Option<Vec<u32>> {
     Some(out)
 }
 
-fn varint(out: &mut Vec<u8>, mut n: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
         n >>= 7;
@@ -404,7 +407,7 @@ fn take_text(input: &mut &[u8]) -> Option<String> {
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-fn base64(bytes: &[u8]) -> String {
+pub(super) fn base64(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
@@ -420,7 +423,7 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-fn unbase64(text: &str) -> Option<Vec<u8>> {
+pub(super) fn unbase64(text: &str) -> Option<Vec<u8>> {
     let mut value = [u8::MAX; 256];
     for (i, &c) in ALPHABET.iter().enumerate() {
         value[usize::from(c)] = i as u8;

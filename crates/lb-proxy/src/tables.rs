@@ -41,7 +41,7 @@ use lb_config::Table as TableConfig;
 
 pub(crate) use key::Key;
 pub(crate) use row::{Layout, Now, Row, Verdict};
-use shard::{Found, Shard};
+use shard::{Found, Meta, Shard};
 pub(crate) use show::command;
 pub(crate) use track::{TrackOutcome, Tracked};
 
@@ -214,9 +214,10 @@ impl Table {
         self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on `key`'s entry, made when absent, and marks it just used; `None` when the
-    /// table could not make room (its shard full of entries in use).
-    pub(crate) fn update<R>(&self, key: &Key, now: Now, f: impl FnOnce(&mut Row<'_>, &mut u32) -> R) -> Option<R> {
+    /// Runs `f` on `key`'s entry (its cells, and its bookkeeping: use count, expiry), made when
+    /// absent, and marks it just used; `None` when the table could not make room (its shard
+    /// full of entries in use).
+    pub(crate) fn update<R>(&self, key: &Key, now: Now, f: impl FnOnce(&mut Row<'_>, &mut Meta) -> R) -> Option<R> {
         self.update_at(key, self.hash(key), None, now, f).map(|(r, _)| r)
     }
 
@@ -229,7 +230,7 @@ impl Table {
         hash: u64,
         hint: Option<u32>,
         now: Now,
-        f: impl FnOnce(&mut Row<'_>, &mut u32) -> R,
+        f: impl FnOnce(&mut Row<'_>, &mut Meta) -> R,
     ) -> Option<(R, u32)> {
         let width = self.layout.width;
         let mut shard = self.shard(hash);
@@ -259,7 +260,7 @@ impl Table {
         shard.touch(slot, now.secs(), self.expire_secs);
         let (meta, cells) = shard.entry_mut(slot, width);
         let mut row = Row { layout: &self.layout, cells, now };
-        Some((f(&mut row, &mut meta.refs), slot))
+        Some((f(&mut row, meta), slot))
     }
 
     /// Runs `f` on `key`'s entry if there is a live one, without touching it.

@@ -151,7 +151,8 @@ mod tests {
     #[test]
     fn the_full_seed_is_a_real_hand_over() {
         let seeds = seeds();
-        let (_, full) = seeds.iter().find(|(name, _)| name.ends_with("/full")).unwrap_or_else(|| panic!("no seed `full`"));
+        let (_, full) =
+            seeds.iter().find(|(name, _)| name.ends_with("/full")).unwrap_or_else(|| panic!("no seed `full`"));
         let fuzz = FuzzHandover::default();
         fuzz.input(full);
         assert!(fuzz.used().iter().all(|&n| n > 0), "every table got entries: {:?}", fuzz.used());

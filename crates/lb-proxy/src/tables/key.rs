@@ -8,11 +8,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use lb_config::KeyType;
 
 /// One key, as stored. Addresses are kept as IPv6 (IPv4 mapped), so that one table holds both.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Key {
     Ip([u8; 16]),
     Bytes(Box<[u8]>),
     Int(u64),
+}
+
+/// By hand: an address is one 128-bit word for the hasher (the derived hash writes the
+/// variant, the array's length and its bytes apart, on every request).
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Key::Ip(octets) => state.write_u128(u128::from_ne_bytes(*octets)),
+            Key::Bytes(bytes) => state.write(bytes),
+            Key::Int(n) => state.write_u64(*n),
+        }
+    }
 }
 
 impl Key {

@@ -39,11 +39,11 @@ impl Held {
 
     fn start(table: &Arc<Table>, key: Key, now: Now, counted: [DataType; 3], current: DataType) -> Option<Held> {
         let hash = table.hash(&key);
-        let ((), slot) = table.update_at(&key, hash, None, now, |row, refs| {
+        let ((), slot) = table.update_at(&key, hash, None, now, |row, meta| {
             for data in counted {
                 row.add(data, 1);
             }
-            *refs += 1;
+            meta.refs += 1;
         })?;
         Some(Held::new(table, key, hash, slot, current))
     }
@@ -68,10 +68,10 @@ impl Held {
             return;
         }
         let current = self.current;
-        self.table.update_at(&self.key, self.hash, Some(self.slot), now, |row, refs| {
+        self.table.update_at(&self.key, self.hash, Some(self.slot), now, |row, meta| {
             count_answer(row, status, bytes_in, bytes_out);
             row.sub(current);
-            *refs = refs.saturating_sub(1);
+            meta.refs = meta.refs.saturating_sub(1);
         });
     }
 }
@@ -154,7 +154,7 @@ impl Tracked {
         let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
         let hash = table.hash(&key);
         let share = table.share();
-        let held = table.update_at(&key, hash, None, now, |row, refs| {
+        let held = table.update_at(&key, hash, None, now, |row, meta| {
             verdict = row.take(share);
             if matches!(verdict, Some(Verdict::Refuse { .. })) {
                 // nginx counts a refused request nowhere; HAProxy's rate counts every request
@@ -166,7 +166,7 @@ impl Tracked {
             for data in counted {
                 row.add(data, 1);
             }
-            *refs += 1;
+            meta.refs += 1;
             true
         });
         match verdict {
@@ -248,9 +248,9 @@ impl Tracked {
         longest.as_secs_f64().ceil().max(1.0) as u64
     }
 
-    /// The request's answer, counted in each entry it tracks.
-    pub(crate) fn answered(&self, status: u16, bytes_in: u64, bytes_out: u64) {
-        let now = Now::read();
+    /// The request's answer, counted in each entry it tracks, as of `now` (the log's reading
+    /// of the clock: one reading serves both).
+    pub(crate) fn answered(&self, now: Now, status: u16, bytes_in: u64, bytes_out: u64) {
         for held in self.slots.iter().flatten() {
             held.answered(now, status, bytes_in, bytes_out);
         }

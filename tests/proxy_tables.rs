@@ -314,8 +314,9 @@ async fn a_bucket_without_nodelay_holds_the_excess_to_its_rate_and_the_other_cou
     // A request in progress counts in http_req_cur; a 5xx in http_fail_rate; bytes both ways.
     let slow = tokio::spawn(async move { get_with(addr, "/slow?ms=1500", &[("x-client", "c2")]).await });
     assert!(
-        wait_until(Duration::from_secs(5), || entry(&proxy, "per_key", "c2").is_some_and(|e| field(&e, "http_req_cur") == 1))
-            .await,
+        wait_until(Duration::from_secs(5), || entry(&proxy, "per_key", "c2")
+            .is_some_and(|e| field(&e, "http_req_cur") == 1))
+        .await,
         "{}",
         proxy.runtime("show table per_key")
     );
@@ -328,4 +329,3 @@ async fn a_bucket_without_nodelay_holds_the_excess_to_its_rate_and_the_other_cou
     assert!(field(&e, "bytes_in_cnt") > 2 * 20, "{e:?}");
     assert!(field(&e, "bytes_out_rate(10000)") > 2 * 50, "{e:?}");
 }
-

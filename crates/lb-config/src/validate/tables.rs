@@ -59,7 +59,7 @@ fn one(ctx: &mut Checker<'_>, path: &str, name: &str, raw: &RawTable) -> Table {
     if kind != "string" && raw.len.is_some() {
         ctx.error(&child(path, "len"), "only a `string` table has a key length");
     }
-    let size = size(ctx, &path, raw.size.as_ref());
+    let size = size(ctx, path, raw.size.as_ref());
     let expire = match raw.expire.as_ref() {
         None => {
             ctx.error(path, "missing `expire` (how long an untouched entry lives, e.g. `10m`)");

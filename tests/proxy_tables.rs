@@ -176,6 +176,7 @@ async fn a_connection_past_the_cap_is_closed_at_accept() {
     assert!(started.elapsed() < Duration::from_secs(2));
     let e = entry(&proxy, "conns", "127.0.0.1").expect("entry");
     assert_eq!((field(&e, "conn_cur"), field(&e, "conn_cnt")), (2, 3), "counted, then closed");
+    assert_eq!(field(&e, "conn_rate(10000)"), 3, "the closed one is in the rate too");
     drop(open.pop());
     assert!(
         wait_until(Duration::from_secs(5), || entry(&proxy, "conns", "127.0.0.1")

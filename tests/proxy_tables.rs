@@ -1,7 +1,8 @@
 //! Limit tables end to end (lb-proxy as a real process, real TCP clients): per-address request
 //! rates refused with 429 and `Retry-After`, an API key's `limit_req` bucket, a connection cap
-//! at accept, a tarpit, a slow lane chosen by a tag, IPv6 networks as keys, the size bound, the
-//! runtime commands and `/metrics`, and the counts carried across a hundred reloads under load.
+//! at accept, a tarpit, a slow lane chosen by a tag, a bucket holding its excess to the rate
+//! (nginx's delay), IPv6 networks as keys, the size bound, the runtime commands and `/metrics`,
+//! and the counts carried across a hundred reloads under load.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -175,6 +176,7 @@ async fn a_connection_past_the_cap_is_closed_at_accept() {
     assert!(started.elapsed() < Duration::from_secs(2));
     let e = entry(&proxy, "conns", "127.0.0.1").expect("entry");
     assert_eq!((field(&e, "conn_cur"), field(&e, "conn_cnt")), (2, 3), "counted, then closed");
+    assert_eq!(field(&e, "conn_rate(10000)"), 3, "the closed one is in the rate too");
     drop(open.pop());
     assert!(
         wait_until(Duration::from_secs(5), || entry(&proxy, "conns", "127.0.0.1")
@@ -286,4 +288,45 @@ async fn counts_carry_across_a_hundred_reloads_under_load() {
     let counted = || entry(&proxy, "per_ip", "127.0.0.1").map(|e| (field(&e, "http_req_cnt"), field(&e, "gpc0")));
     let settled = wait_until(Duration::from_secs(30), || counted() == Some((total, total))).await;
     assert!(settled, "after 100 reloads: counted {:?}, sent {total}", counted());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_without_nodelay_holds_the_excess_to_its_rate_and_the_other_counters_count() {
+    // nginx's `limit_req` without `nodelay`: within the burst, each request past the rate waits
+    // its turn (the n-th excess one n / rate), none is refused.
+    let tables = "  per_key: { type: string, size: 100, expire: 1m, store: [http_req_cur, http_fail_rate(10s), bytes_in_cnt, bytes_out_rate(10s)], limit_req: { rate: 10, per: 1s, burst: 5 } }\n";
+    let frontend = "http_request:\n  - track: { table: per_key, key: { header: X-Client } }";
+    let (proxy, be, _slow) = start(tables, frontend);
+    let addr = proxy.addr();
+    let started = Instant::now();
+    let requests: Vec<_> =
+        (0..6).map(|_| tokio::spawn(async move { get_with(addr, "/", &[("x-client", "c1")]).await })).collect();
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.expect("a request"));
+    }
+    let took = started.elapsed();
+    assert!(answers.iter().all(|r| r.status == 200), "{:?}", answers.iter().map(|r| r.status).collect::<Vec<_>>());
+    assert_eq!(be.hits(), 6);
+    // Six at once: the first within the rate, five past it held 100 ms apart (what drained
+    // while they arrived aside): the last answered after about 0.5 s, never sooner than 0.4 s.
+    assert!(took >= Duration::from_millis(400), "the excess was not held: all answered in {took:?}");
+
+    // A request in progress counts in http_req_cur; a 5xx in http_fail_rate; bytes both ways.
+    let slow = tokio::spawn(async move { get_with(addr, "/slow?ms=1500", &[("x-client", "c2")]).await });
+    assert!(
+        wait_until(Duration::from_secs(5), || entry(&proxy, "per_key", "c2")
+            .is_some_and(|e| field(&e, "http_req_cur") == 1))
+        .await,
+        "{}",
+        proxy.runtime("show table per_key")
+    );
+    assert_eq!(slow.await.expect("the slow request").status, 200);
+    let e = entry(&proxy, "per_key", "c2").expect("entry");
+    assert_eq!(field(&e, "http_req_cur"), 0, "ended");
+    assert_eq!(get_with(addr, "/status?code=502", &[("x-client", "c2")]).await.status, 502);
+    let e = entry(&proxy, "per_key", "c2").expect("entry");
+    assert_eq!(field(&e, "http_fail_rate(10000)"), 1);
+    assert!(field(&e, "bytes_in_cnt") > 2 * 20, "{e:?}");
+    assert!(field(&e, "bytes_out_rate(10000)") > 2 * 50, "{e:?}");
 }

@@ -12,7 +12,8 @@ use libfuzzer_sys::fuzz_target;
 
 /// Two frontends and two backends with servers of every kind the commands treat apart: checked
 /// or not, slowstart, IPv6, drained; tables of each key type (addresses grouped by network,
-/// strings with a bucket, integers), so that `show/clear/set table` parse keys of every kind.
+/// strings with a bucket, integers in a fleet table), so that `show/clear/set table` parse keys
+/// of every kind and `set fleet share` divides something.
 const CONFIG: &str = r#"
 global: { max_connections: 1000, log: { target: none } }
 defaults: { mode: http }
@@ -31,7 +32,7 @@ backends:
 tables:
   per_ip: { size: 100, expire: 10m, prefix: { ipv4: 24, ipv6: 64 }, store: [http_req_rate(10s), conn_cur, gpc0, bytes_out_cnt] }
   api_keys: { type: string, len: 16, size: 10, expire: 1m, store: [http_req_cnt, gpt0], limit_req: { rate: 5, burst: 2 } }
-  ids: { type: integer, size: 3, expire: 1s, store: [gpc1, http_err_rate(1m)] }
+  ids: { type: integer, size: 3, expire: 1s, store: [gpc1, http_err_rate(1m)], fleet: true }
 "#;
 
 fn config() -> &'static lb_config::Config {

@@ -143,20 +143,22 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// A byte size in `range`; `None` when absent or invalid (the latter reported).
+    /// A size in `range` of `unit`s (`bytes`, a table's `entries`), with k or m; `None` when
+    /// absent or invalid (the latter reported).
     pub(crate) fn size(
         &mut self,
         parent: &str,
         key: &str,
         text: Option<&String>,
         range: RangeInclusive<usize>,
+        unit: &str,
     ) -> Option<usize> {
         let field = child(parent, key);
-        match parse_size(text?) {
+        match parse_size(text?, unit) {
             Ok(n) if range.contains(&n) => Some(n),
             Ok(n) => {
                 let (low, high) = (range.start(), range.end());
-                self.error(&field, format!("must be between {low} and {high} bytes, got {n}"));
+                self.error(&field, format!("must be between {low} and {high} {unit}, got {n}"));
                 None
             }
             Err(message) => {

@@ -49,8 +49,9 @@ pub fn format_duration(d: Duration) -> String {
     format!("{millis}ms")
 }
 
-/// Parses a byte count: a plain integer, or an integer followed by `k` (KiB) or `m` (MiB).
-pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
+/// Parses a size (bytes, or a table's entries: `what` names them in the error): a plain integer,
+/// or an integer followed by `k` (×1024) or `m` (×1048576).
+pub(crate) fn parse_size(text: &str, what: &str) -> Result<usize, String> {
     let text = text.trim();
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
@@ -62,7 +63,7 @@ pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
     };
     if number.is_empty() || multiplier == 0 {
         return Err(format!(
-            "invalid size `{text}`: expected a number of bytes, optionally followed by k or m \
+            "invalid size `{text}`: expected a number of {what}, optionally followed by k or m \
              (e.g. 16384, 16k, 1m)"
         ));
     }

@@ -63,7 +63,7 @@ pub use lb_supervisor::{shutdown_channel, Listener, Listeners, Phase, Shutdown, 
 pub use serve::{run, start, start_supervised, Server};
 
 // For the fuzz targets in `fuzz/` only: `proxy_header`, `http_request_head`, `runtime_command`,
-// `policy`.
+// `policy`, `table_handover`.
 #[doc(hidden)]
 pub use http::fuzz::fuzz_request_head;
 #[doc(hidden)]
@@ -72,3 +72,5 @@ pub use lb_proxy_protocol::fuzz_parse;
 pub use policy::fuzz::fuzz_policy;
 #[doc(hidden)]
 pub use runtime::fuzz::FuzzRuntime;
+#[doc(hidden)]
+pub use tables::fuzz::FuzzHandover;

@@ -15,6 +15,7 @@
 //!
 //! # Layout
 //! - this file: [`Tables`] (by name) and [`Table`] (shards, the track and update calls).
+//! - `fuzz`: the hand-over's bytes for the fuzzer.
 //! - `handover`: every entry to the next worker at a reload, and what was counted after.
 //! - `key`: keys, from requests and from runtime commands.
 //! - `row`: an entry's cells: counts, rates (HAProxy's `freq_ctr`), the token bucket.
@@ -22,6 +23,7 @@
 //! - `show`: `show table`, `clear table`, `set table`.
 //! - `track`: what a connection or a request holds, and a request's slots (`sc0`–`sc2`).
 
+pub(crate) mod fuzz;
 pub(crate) mod handover;
 mod key;
 mod row;
@@ -39,7 +41,7 @@ use lb_config::Table as TableConfig;
 
 pub(crate) use key::Key;
 pub(crate) use row::{Layout, Now, Row, Verdict};
-use shard::{Found, Shard};
+use shard::{Found, Meta, Shard};
 pub(crate) use show::command;
 pub(crate) use track::{TrackOutcome, Tracked};
 
@@ -212,82 +214,89 @@ impl Table {
         self.shards[i].lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `f` on `key`'s entry, made when absent, and marks it just used; `None` when the
-    /// table could not make room (its shard full of entries in use).
-    pub(crate) fn update<R>(&self, key: &Key, now: Now, f: impl FnOnce(&mut Row<'_>, &mut u32) -> R) -> Option<R> {
-        self.update_at(key, self.hash(key), None, now, f).map(|(r, _)| r)
+    /// Runs `f` on `key`'s entry (its cells, and its bookkeeping: use count, expiry), made when
+    /// absent, and marks it just used; `None` when the table could not make room (its shard
+    /// full of entries in use).
+    pub(crate) fn update<R>(&self, key: &Key, now: Now, f: impl FnOnce(&mut Row<'_>, &mut Meta) -> R) -> Option<R> {
+        self.update_at(key, self.hash(key), now, f).map(|(r, _)| r)
     }
 
-    /// [`update`](Self::update) with the key's hash known, and where the entry was (`hint`: a
-    /// slot it held, checked before use, so that an entry in use is found without a search).
-    /// Also says where it is now.
+    /// [`update`](Self::update) with the key's hash known; also says where the entry is.
     pub(crate) fn update_at<R>(
         &self,
         key: &Key,
         hash: u64,
-        hint: Option<u32>,
         now: Now,
-        f: impl FnOnce(&mut Row<'_>, &mut u32) -> R,
+        f: impl FnOnce(&mut Row<'_>, &mut Meta) -> R,
     ) -> Option<(R, u32)> {
         let width = self.layout.width;
         let mut shard = self.shard(hash);
-        let slot = match hint.filter(|&slot| shard.holds(slot, key)) {
-            Some(slot) => slot,
-            None => {
-                let hash_of = |k: &Key| self.hash(k);
-                let full = |_| self.len.load(Ordering::Relaxed) >= self.config.size;
-                match shard.find_or_insert(hash, key, width, self.shard_cap, now.secs(), full, &hash_of) {
-                    Some(Found::Existing(slot)) => slot,
-                    Some(Found::New { slot, evicted, purged }) => {
-                        if evicted {
-                            self.evictions.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            self.len.fetch_add(1, Ordering::Relaxed);
-                        }
-                        self.len.fetch_sub(purged, Ordering::Relaxed);
-                        slot
-                    }
-                    None => {
-                        self.full.fetch_add(1, Ordering::Relaxed);
-                        return None;
-                    }
+        let hash_of = |k: &Key| self.hash(k);
+        let full = |_| self.len.load(Ordering::Relaxed) >= self.config.size;
+        let slot = match shard.find_or_insert(hash, key, width, self.shard_cap, now.secs(), full, &hash_of) {
+            Some(Found::Existing(slot)) => slot,
+            Some(Found::New { slot, evicted, purged }) => {
+                if evicted {
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.len.fetch_add(1, Ordering::Relaxed);
                 }
+                self.len.fetch_sub(purged, Ordering::Relaxed);
+                slot
+            }
+            None => {
+                self.full.fetch_add(1, Ordering::Relaxed);
+                return None;
             }
         };
         shard.touch(slot, now.secs(), self.expire_secs);
         let (meta, cells) = shard.entry_mut(slot, width);
         let mut row = Row { layout: &self.layout, cells, now };
-        Some((f(&mut row, &mut meta.refs), slot))
+        Some((f(&mut row, meta), slot))
+    }
+
+    /// [`update`](Self::update) of an entry held in use (`hash` its key's, `slot` where it is):
+    /// an entry in use is never removed, so it is still there, found without its key.
+    pub(crate) fn update_held<R>(
+        &self,
+        hash: u64,
+        slot: u32,
+        now: Now,
+        f: impl FnOnce(&mut Row<'_>, &mut Meta) -> R,
+    ) -> Option<R> {
+        let width = self.layout.width;
+        let mut shard = self.shard(hash);
+        if !shard.in_use(slot) {
+            return None;
+        }
+        shard.touch(slot, now.secs(), self.expire_secs);
+        let (meta, cells) = shard.entry_mut(slot, width);
+        let mut row = Row { layout: &self.layout, cells, now };
+        Some(f(&mut row, meta))
     }
 
     /// Runs `f` on `key`'s entry if there is a live one, without touching it.
     #[cfg(test)]
     pub(crate) fn read<R>(&self, key: &Key, now: Now, f: impl FnOnce(&Row<'_>) -> R) -> Option<R> {
-        self.read_at(key, self.hash(key), None, now, f)
-    }
-
-    /// [`read`](Self::read) with the key's hash known and a slot it held (see
-    /// [`update_at`](Self::update_at)).
-    pub(crate) fn read_at<R>(
-        &self,
-        key: &Key,
-        hash: u64,
-        hint: Option<u32>,
-        now: Now,
-        f: impl FnOnce(&Row<'_>) -> R,
-    ) -> Option<R> {
-        let width = self.layout.width;
+        let hash = self.hash(key);
         let mut shard = self.shard(hash);
-        let slot = match hint.filter(|&slot| shard.holds(slot, key)) {
-            Some(slot) => slot,
-            None => shard.find(hash, key)?,
-        };
-        let (meta, cells) = shard.entry_mut(slot, width);
+        let slot = shard.find(hash, key)?;
+        let (meta, cells) = shard.entry_mut(slot, self.layout.width);
         if meta.expire < now.secs() && meta.refs == 0 {
             return None;
         }
-        let row = Row { layout: &self.layout, cells, now };
-        Some(f(&row))
+        Some(f(&Row { layout: &self.layout, cells, now }))
+    }
+
+    /// Runs `f` on an entry held in use (see [`update_held`](Self::update_held)), without
+    /// touching it.
+    pub(crate) fn read_held<R>(&self, hash: u64, slot: u32, now: Now, f: impl FnOnce(&Row<'_>) -> R) -> Option<R> {
+        let mut shard = self.shard(hash);
+        if !shard.in_use(slot) {
+            return None;
+        }
+        let (_, cells) = shard.entry_mut(slot, self.layout.width);
+        Some(f(&Row { layout: &self.layout, cells, now }))
     }
 
     /// Entries now, expired ones not yet removed included.

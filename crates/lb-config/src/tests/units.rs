@@ -56,13 +56,13 @@ fn durations_render_in_the_largest_exact_unit() {
 fn sizes_accept_bytes_kilobytes_and_megabytes() {
     let cases = [("16384", 16_384), ("16k", 16_384), ("16K", 16_384), ("1m", 1_048_576), ("2M", 2_097_152)];
     for (text, bytes) in cases {
-        assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        assert_eq!(parse_size(text, "bytes"), Ok(bytes), "{text}");
     }
     for text in ["", "k", "16kb", "1.5k", "-1", "16 kilobytes"] {
-        let message = parse_size(text).expect_err(text);
+        let message = parse_size(text, "bytes").expect_err(text);
         assert!(message.contains("expected a number of bytes"), "{message}");
     }
-    assert!(parse_size("99999999999999999999999m").expect_err("overflow").contains("too large"));
+    assert!(parse_size("99999999999999999999999m", "bytes").expect_err("overflow").contains("too large"));
 }
 
 #[test]
@@ -72,6 +72,6 @@ fn sizes_render_with_a_unit_when_exact() {
     assert_eq!(format_size(10_000), "10000");
     assert_eq!(format_size(0), "0");
     for bytes in [8_192, 10_000, 1_048_576, 32_768] {
-        assert_eq!(parse_size(&format_size(bytes)), Ok(bytes));
+        assert_eq!(parse_size(&format_size(bytes), "bytes"), Ok(bytes));
     }
 }

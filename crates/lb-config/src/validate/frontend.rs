@@ -87,7 +87,7 @@ fn http2(ctx: &mut Checker<'_>, path: &str, raw: Option<&RawHttp2>) -> Http2 {
     let d = Http2::default();
     let Some(raw) = raw else { return d };
     let mut window = |key: &str, text: Option<&String>, default: u32| {
-        ctx.size(path, key, text, 65_535..=(u32::MAX >> 1) as usize).map_or(default, |n| n as u32)
+        ctx.size(path, key, text, 65_535..=(u32::MAX >> 1) as usize, "bytes").map_or(default, |n| n as u32)
     };
     let stream_window = window("stream_window", raw.stream_window.as_ref(), d.stream_window);
     let connection_window = window("connection_window", raw.connection_window.as_ref(), d.connection_window);

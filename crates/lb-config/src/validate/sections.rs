@@ -56,11 +56,11 @@ pub(super) fn retries(ctx: &mut Checker<'_>, parent: &str, value: Option<i64>) -
 }
 
 pub(super) fn header_size(ctx: &mut Checker<'_>, parent: &str, text: Option<&String>) -> Option<usize> {
-    ctx.size(parent, "max_header_size", text, MIN_HEADER_SIZE..=MAX_MAX_HEADER_SIZE)
+    ctx.size(parent, "max_header_size", text, MIN_HEADER_SIZE..=MAX_MAX_HEADER_SIZE, "bytes")
 }
 
 pub(super) fn body_size(ctx: &mut Checker<'_>, parent: &str, text: Option<&String>) -> Option<usize> {
-    ctx.size(parent, "max_body_size", text, MAX_BODY_SIZE_RANGE)
+    ctx.size(parent, "max_body_size", text, MAX_BODY_SIZE_RANGE, "bytes")
 }
 
 /// `base` with each timeout given in `raw` replaced.

@@ -9,7 +9,7 @@ use crate::check::Checker;
 use crate::locate::{child, item};
 use crate::raw::{RawLimitReq, RawTable};
 use crate::table::{Bucket, DataType, KeyType, Store, Table};
-use crate::units::{format_duration, parse_duration, parse_size};
+use crate::units::{format_duration, parse_duration};
 
 /// The largest table: 64 Mi entries (about 5 GiB with a few counters each).
 pub(crate) const MAX_TABLE_SIZE: usize = 64 << 20;
@@ -59,7 +59,7 @@ fn one(ctx: &mut Checker<'_>, path: &str, name: &str, raw: &RawTable) -> Table {
     if kind != "string" && raw.len.is_some() {
         ctx.error(&child(path, "len"), "only a `string` table has a key length");
     }
-    let size = size(ctx, &child(path, "size"), raw.size.as_ref());
+    let size = size(ctx, path, raw.size.as_ref());
     let expire = match raw.expire.as_ref() {
         None => {
             ctx.error(path, "missing `expire` (how long an untouched entry lives, e.g. `10m`)");
@@ -90,33 +90,21 @@ fn one(ctx: &mut Checker<'_>, path: &str, name: &str, raw: &RawTable) -> Table {
     Table { name: name.to_owned(), key, size, expire, store, bucket, fleet: raw.fleet.unwrap_or(false) }
 }
 
-fn size(ctx: &mut Checker<'_>, field: &str, raw: Option<&Value>) -> usize {
+/// `size`: entries, a number or a string with k or m (a number in YAML is as good).
+fn size(ctx: &mut Checker<'_>, path: &str, raw: Option<&Value>) -> usize {
     let text = match raw {
         None => {
-            ctx.error(field, "missing `size` (entries at most, e.g. `1m`)");
+            ctx.error(&child(path, "size"), "missing `size` (entries at most, e.g. `1m`)");
             return 1;
         }
         Some(Value::Number(n)) => n.to_string(),
         Some(Value::String(s)) => s.clone(),
         Some(_) => {
-            ctx.error(field, "expected a number of entries, e.g. 100000 or 1m");
+            ctx.error(&child(path, "size"), "expected a number of entries, e.g. 100000 or 1m");
             return 1;
         }
     };
-    match parse_size(&text) {
-        Ok(n) if (1..=MAX_TABLE_SIZE).contains(&n) => n,
-        Ok(n) => {
-            ctx.error(field, format!("must be between 1 and {MAX_TABLE_SIZE} entries (64m), got {n}"));
-            1
-        }
-        Err(_) => {
-            ctx.error(
-                field,
-                format!("invalid size `{text}`: a number of entries, optionally with k or m (1m = 1048576)"),
-            );
-            1
-        }
-    }
+    ctx.size(path, "size", Some(&text), 1..=MAX_TABLE_SIZE, "entries").unwrap_or(1)
 }
 
 /// One `store` word: a data type (`conn_cur`, `gpc0`) or a rate with its period

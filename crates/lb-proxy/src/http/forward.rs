@@ -15,7 +15,7 @@ use hyper::upgrade::OnUpgrade;
 
 use super::activity::LogWhenSent;
 use super::body::{BodyEnd, ClientFailure, ClientSide, OnEnd, RequestBody, ResponseBody};
-use super::rules::{own_reply, request_policy, response_policy, restore_content_lengths, PolicyFacts};
+use super::rules::{own_reply, request_policy, response_policy, restore_content_lengths, rule_answer, PolicyFacts};
 use super::upstream::{acquire, fresh, ServerConn, Upstream};
 use super::{errors, headers, tunnel, ConnCtx};
 use crate::backend::{BackendState, ServerState};
@@ -61,7 +61,8 @@ impl Exchange {
         let now = Some(wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
         ctx.proxy.counters.request(now, self.status, bytes, self.termination);
         if let Some(tracked) = self.policy.as_ref().map(|p| &p.tracked).filter(|t| !t.is_empty()) {
-            tracked.answered(u16::try_from(self.status).unwrap_or(0), bytes.from_client, bytes.to_client);
+            let now = crate::tables::Now::at(wall);
+            tracked.answered(now, u16::try_from(self.status).unwrap_or(0), bytes.from_client, bytes.to_client);
         }
         ctx.fe.counters.request(now, self.status, bytes, self.termination);
         if self.request_line == "<BADREQ>" {
@@ -202,16 +203,14 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
         // The rules see each Content-Length line the client sent (hyper kept one of equal ones);
         // the server gets one.
         let duplicated = policy.reads_content_length && restore_content_lengths(&ctx, &mut parts.headers);
-        ex = match request_policy(ex, &mut parts) {
-            Ok(ex) => ex,
-            Err((answer, hold)) => {
-                // A tarpit: the answer waits, the client with it.
-                if !hold.is_zero() {
-                    tokio::time::sleep(hold).await;
-                }
-                return Ok(*answer);
+        if let Some(outcome) = request_policy(&mut ex, &ctx, &mut parts) {
+            let (answer, hold) = rule_answer(ex, &ctx, outcome);
+            // A tarpit: the answer waits, the client with it.
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
             }
-        };
+            return Ok(answer);
+        }
         if duplicated {
             if let Some(v) = parts.headers.get(header::CONTENT_LENGTH).cloned() {
                 parts.headers.insert(header::CONTENT_LENGTH, v);
@@ -236,7 +235,7 @@ pub(crate) async fn handle(ctx: Arc<ConnCtx>, req: Request<Incoming>) -> Result<
     ex.backend = Some(backend.clone());
     if policy.response_reads_request {
         if let Some(p) = ex.policy.as_mut() {
-            p.request = Some((parts.method.clone(), parts.uri.clone(), parts.headers.clone()));
+            p.request = Some(Box::new((parts.method.clone(), parts.uri.clone(), parts.headers.clone())));
         }
     }
 

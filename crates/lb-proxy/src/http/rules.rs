@@ -19,7 +19,8 @@ use crate::tables::{Reason, Tracked};
 pub(crate) struct PolicyFacts {
     pub(crate) captured: Captured,
     pub(crate) unique_id: Option<String>,
-    pub(crate) request: Option<(http::Method, Uri, http::HeaderMap)>,
+    /// Boxed: few frontends keep it, and every copy of the facts would carry its size.
+    pub(crate) request: Option<Box<(http::Method, Uri, http::HeaderMap)>>,
     /// The limit-table entries the request tracks (`track`), counted down when it ends.
     pub(crate) tracked: Tracked,
 }
@@ -35,12 +36,14 @@ pub(super) fn restore_content_lengths(ctx: &ConnCtx, headers: &mut http::HeaderM
     raw > have
 }
 
-/// A rule's answer, and how long to hold it first (a tarpit's delay).
-pub(super) type Answer = (Box<Response<ResponseBody>>, std::time::Duration);
-
-/// Runs the `http_request` rules (and makes the request ID); `Err` is a rule's answer.
-pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts) -> Result<Exchange, Answer> {
-    let ctx = ex.ctx.clone();
+/// Runs the `http_request` rules (and makes the request ID) on the exchange where it is; `Some`
+/// is a rule's answer, for [`rule_answer`]. (The exchange is large: taken and given back by
+/// value it was copied twice per request.)
+pub(super) fn request_policy<'p>(
+    ex: &mut Exchange,
+    ctx: &'p ConnCtx,
+    parts: &mut http::request::Parts,
+) -> Option<Final<'p>> {
     let policy = &ctx.fe.policy;
     // The exchange gets a box for its facts only when they outlive the rules (an ID, tracked
     // entries); a frontend whose rules only rewrite or refuse allocates none per request.
@@ -50,7 +53,7 @@ pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts)
         None => local.insert(PolicyFacts::default()),
     };
     if let Some(uid) = &policy.unique_id {
-        let id = unique_id(uid, parts, &ctx);
+        let id = unique_id(uid, parts, ctx);
         if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(uid.header.as_bytes()), HeaderValue::from_str(&id))
         {
             // Set before the rules, so that they see (and may use) it as the server will.
@@ -66,12 +69,19 @@ pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts)
         &mut facts.captured,
         &mut facts.tracked,
     );
-    if let Some(facts) = local.filter(|f| f.unique_id.is_some() || !f.tracked.is_empty() || f.tracked.delay_ms > 0) {
+    if let Some(facts) = local.take_if(|f| f.unique_id.is_some() || !f.tracked.is_empty() || f.tracked.delay_ms > 0) {
         ex.policy = Some(Box::new(facts));
     }
-    let Some(outcome) = outcome else {
-        return Ok(ex);
-    };
+    outcome
+}
+
+/// The answer a rule gave ([`request_policy`]), and how long to hold it first (a tarpit's
+/// delay).
+pub(super) fn rule_answer(
+    ex: Exchange,
+    ctx: &ConnCtx,
+    outcome: Final<'_>,
+) -> (Response<ResponseBody>, std::time::Duration) {
     let counted = |c: &std::sync::atomic::AtomicU64| c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut hold = std::time::Duration::ZERO;
     let answer = match outcome {
@@ -101,7 +111,7 @@ pub(super) fn request_policy(mut ex: Exchange, parts: &mut http::request::Parts)
             own_reply(ex, &reply, *b"LR", Some(location))
         }
     };
-    Err((Box::new(answer), hold))
+    (answer, hold)
 }
 
 /// A `deny`, `tarpit` or `limit_req` refusal: counted against the tables its rule read, and a
@@ -137,7 +147,7 @@ pub(super) fn response_policy(ex: &mut Exchange, parts: &mut http::response::Par
     // Without a box (nothing captured, no ID, no request kept) the rules run on empty facts.
     let mut local = PolicyFacts::default();
     let facts = ex.policy.as_deref_mut().unwrap_or(&mut local);
-    let req = facts.request.as_ref().map(|(method, uri, headers)| RequestView { method, uri, headers });
+    let req = facts.request.as_deref().map(|(method, uri, headers)| RequestView { method, uri, headers });
     let status = parts.status.as_u16();
     let reply = ctx.fe.policy.on_response(
         status,

@@ -30,8 +30,8 @@ use super::{Key, Layout, Now, Row, Table, Tables};
 /// messages of at most 64 MiB.
 const BUDGET: usize = 40 << 20;
 
-const MAGIC: &[u8; 4] = b"LBT1";
-const FULL: u8 = 0;
+pub(super) const MAGIC: &[u8; 4] = b"LBT1";
+pub(super) const FULL: u8 = 0;
 const DELTA: u8 = 1;
 
 /// Every table's entries, for the next worker; kept to tell later what was counted after.
@@ -40,13 +40,13 @@ pub(crate) fn export(tables: &Tables) -> String {
     let per_table = BUDGET / tables.iter().count().max(1);
     let mut out = header(now);
     varint(&mut out, tables.iter().count() as u64);
+    let mut entries = Vec::new();
     for table in tables.iter() {
         table_header(&mut out, table, FULL);
-        let entries = table.export_entries(now, per_table);
-        varint(&mut out, entries.len() as u64);
-        for e in entries {
-            out.extend_from_slice(&e);
-        }
+        entries.clear();
+        let n = table.export_entries(now, per_table, &mut entries);
+        varint(&mut out, n as u64);
+        out.extend_from_slice(&entries);
     }
     let text = base64(&out);
     *tables.handed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(out);
@@ -61,27 +61,34 @@ pub(crate) fn late(tables: &Tables) -> String {
     let now = Now::read();
     let mut out = header(now);
     varint(&mut out, tables.iter().count() as u64);
+    // One buffer for every entry's bytes and one for the cells it had: nothing allocated per entry.
+    let (mut entries, mut old) = (Vec::new(), Vec::new());
     for table in tables.iter() {
         table_header(&mut out, table, DELTA);
-        let then: HashMap<&Key, &Vec<u32>> = before
+        let then: HashMap<&Key, &[u32]> = before
             .iter()
             .find(|t| t.name == table.name() && t.signature == Layout::signature(&table.config))
-            .map(|t| t.entries.iter().map(|(k, _, cells)| (k, cells)).collect())
+            .map(|t| t.entries.iter().enumerate().map(|(i, (k, _))| (k, t.cells_of(i))).collect())
             .unwrap_or_default();
-        let mut entries = Vec::new();
+        entries.clear();
+        let mut n = 0u64;
         table.for_each(now, |_, key, _, _, row| {
-            let mut e = Vec::new();
-            key.encode(&mut e);
-            let mut old = then.get(key).map(|c| c.to_vec()).unwrap_or_else(|| vec![0; row.layout.width]);
+            let start = entries.len();
+            key.encode(&mut entries);
+            old.clear();
+            match then.get(key) {
+                Some(cells) => old.extend_from_slice(cells),
+                None => old.resize(row.layout.width, 0),
+            }
             let before = Row { layout: row.layout, cells: &mut old, now };
-            if delta(&mut e, row, &before) {
-                entries.push(e);
+            if delta(&mut entries, row, &before) {
+                n += 1;
+            } else {
+                entries.truncate(start);
             }
         });
-        varint(&mut out, entries.len() as u64);
-        for e in entries {
-            out.extend_from_slice(&e);
-        }
+        varint(&mut out, n);
+        out.extend_from_slice(&entries);
     }
     base64(&out)
 }
@@ -97,17 +104,18 @@ pub(crate) fn import(tables: &Tables, text: &str) {
         return;
     };
     let now = Now::read();
-    for handed in parsed {
+    for mut handed in parsed {
         let Some(table) = tables.get(&handed.name) else { continue };
         if handed.signature != Layout::signature(&table.config) {
             tracing::warn!(table = handed.name, "table's key type or stored data changed: its entries start empty");
             continue;
         }
-        for (key, expire, cells) in handed.entries {
+        let per = handed.per;
+        for ((key, expire), cells) in handed.entries.iter().zip(handed.cells.chunks_mut(per.max(1))) {
             if handed.kind == FULL {
-                table.restore(&key, expire, &cells, now);
+                table.restore(key, *expire, cells, now);
             } else {
-                table.update(&key, now, |row, _| add_delta(row, &cells));
+                table.update(key, now, |row, _| add_delta(row, cells));
             }
         }
     }
@@ -118,9 +126,18 @@ struct Handed {
     name: String,
     signature: String,
     kind: u8,
-    /// Key, expiry (seconds since the epoch of [`Now`]), cells: absolute for a full hand-over,
-    /// a delta's values in order for a late one.
-    entries: Vec<(Key, u32, Vec<u32>)>,
+    /// Key and expiry (seconds since the epoch of [`Now`]) of each entry.
+    entries: Vec<(Key, u32)>,
+    /// The entries' cells one after the other, `per` each: absolute for a full hand-over, a
+    /// delta's values in order for a late one.
+    cells: Vec<u32>,
+    per: usize,
+}
+
+impl Handed {
+    fn cells_of(&self, i: usize) -> &[u32] {
+        self.cells.get(i * self.per..(i + 1) * self.per).unwrap_or_default()
+    }
 }
 
 fn header(now: Now) -> Vec<u8> {
@@ -129,7 +146,7 @@ fn header(now: Now) -> Vec<u8> {
     out
 }
 
-fn table_header(out: &mut Vec<u8>, table: &Table, kind: u8) {
+pub(super) fn table_header(out: &mut Vec<u8>, table: &Table, kind: u8) {
     for text in [table.name().to_owned(), Layout::signature(&table.config)] {
         varint(out, text.len() as u64);
         out.extend_from_slice(text.as_bytes());
@@ -138,57 +155,65 @@ fn table_header(out: &mut Vec<u8>, table: &Table, kind: u8) {
 }
 
 impl Table {
-    /// Each shard's entries, oldest first, each encoded; the most recent ones when they do
-    /// not all fit in `budget` bytes.
-    fn export_entries(&self, now: Now, budget: usize) -> Vec<Vec<u8>> {
+    /// Each shard's entries, oldest first, encoded into `out` (the most recent ones when they do
+    /// not all fit in `budget` bytes); how many.
+    fn export_entries(&self, now: Now, budget: usize, out: &mut Vec<u8>) -> usize {
         let kinds = self.layout.cells();
         let per_shard = budget / self.shards.len();
-        let mut all = Vec::new();
+        // A shard's entries are met newest first: written into one buffer, handed oldest first.
+        let (mut newest_first, mut ends) = (Vec::new(), Vec::new());
+        let mut count = 0;
         for shard in self.shards.iter() {
             let shard = shard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let (mut used, mut newest_first) = (0, Vec::new());
+            newest_first.clear();
+            ends.clear();
             for slot in shard.slots() {
                 let meta = &shard.metas[slot as usize];
                 if meta.expire < now.secs() && meta.refs == 0 {
                     continue;
                 }
-                let mut e = Vec::new();
-                meta.key.encode(&mut e);
-                varint(&mut e, u64::from(meta.expire.saturating_sub(now.secs())));
+                let e = &mut newest_first;
+                meta.key.encode(e);
+                varint(e, u64::from(meta.expire.saturating_sub(now.secs())));
                 let cells = shard.cells(slot, self.layout.width);
                 for (cell, kind) in cells.iter().zip(&kinds) {
                     match kind {
-                        Cell::Plain => varint(&mut e, u64::from(*cell)),
+                        Cell::Plain => varint(e, u64::from(*cell)),
                         Cell::Current => {}
                         Cell::Tick { period } => {
-                            varint(&mut e, u64::from(((now.0 / u64::from(*period)) as u32).wrapping_sub(*cell)))
+                            varint(e, u64::from(((now.0 / u64::from(*period)) as u32).wrapping_sub(*cell)))
                         }
-                        Cell::LastMs => varint(&mut e, u64::from((now.0 as u32).wrapping_sub(*cell))),
+                        Cell::LastMs => varint(e, u64::from((now.0 as u32).wrapping_sub(*cell))),
                     }
                 }
-                used += e.len();
-                if used > per_shard {
+                if newest_first.len() > per_shard {
+                    newest_first.truncate(ends.last().copied().unwrap_or(0));
                     break;
                 }
-                newest_first.push(e);
+                ends.push(newest_first.len());
             }
-            all.extend(newest_first.into_iter().rev());
+            for i in (0..ends.len()).rev() {
+                let start = if i == 0 { 0 } else { ends[i - 1] };
+                out.extend_from_slice(&newest_first[start..ends[i]]);
+            }
+            count += ends.len();
         }
-        all
+        count
     }
 
     /// An entry handed over, added to what this worker counted already for the key (it serves
     /// from the moment it is ready, before the hand-over reaches it): counts and rates add up,
-    /// a tag or a bucket this worker has not touched is taken. It lives as long as the longer.
-    fn restore(&self, key: &Key, expire: u32, cells: &[u32], now: Now) {
+    /// a tag or a bucket this worker has not touched is taken. Taking it is a touch: it lives
+    /// this table's `expire` from now (not longer: an old worker's longer `expire` is not
+    /// this configuration's). One visit of the entry, and `cells` read where they are.
+    fn restore(&self, key: &Key, expire: u32, cells: &mut [u32], now: Now) {
         if expire < now.secs() {
             return;
         }
-        let mut theirs = cells.to_vec();
         self.update(key, now, |row, _| {
-            let handed = Row { layout: row.layout, cells: &mut theirs, now };
-            let stored: Vec<DataType> = row.layout.stored().collect();
-            for data in stored {
+            let handed = Row { layout: row.layout, cells, now };
+            let layout = row.layout;
+            for data in layout.stored() {
                 match data {
                     DataType::ConnCur | DataType::HttpReqCur => {}
                     DataType::Gpt(_) if row.get(data) == Some(0) => row.set(data, handed.get(data).unwrap_or(0)),
@@ -202,12 +227,6 @@ impl Table {
             }
             row.take_bucket_from(handed.cells);
         });
-        let hash = self.hash(key);
-        let mut shard = self.shard(hash);
-        if let Some(slot) = shard.find(hash, key) {
-            let meta = &mut shard.metas[slot as usize];
-            meta.expire = meta.expire.max(expire);
-        }
     }
 }
 
@@ -255,8 +274,8 @@ fn delta(out: &mut Vec<u8>, now: &Row<'_>, before: &Row<'_>) -> bool {
 /// Adds a late count (`values` as [`delta`] wrote them, times made absolute) to an entry.
 fn add_delta(row: &mut Row<'_>, values: &[u32]) {
     let mut v = values.iter().map(|&x| u64::from(x));
-    let stored: Vec<DataType> = row.layout.stored().collect();
-    for data in stored {
+    let layout = row.layout;
+    for data in layout.stored() {
         match data {
             DataType::ConnCur | DataType::HttpReqCur => {}
             DataType::Gpt(_) => {
@@ -286,20 +305,22 @@ fn parse(bytes: &[u8]) -> Option<Vec<Handed>> {
         rest = r;
         let n = take_varint(&mut rest)?;
         let layout = signature_layout(&name, &signature);
-        let mut entries = Vec::new();
+        let (mut entries, mut cells) = (Vec::new(), Vec::new());
         for _ in 0..n {
             let (key, r) = Key::decode(rest)?;
             rest = r;
-            let expire = (now / 1000 + take_varint(&mut rest)?) as u32;
-            let cells = match (&layout, kind) {
-                (Some(kinds), FULL) => full_cells(&mut rest, kinds, now)?,
-                (Some(stored), _) => delta_values(&mut rest, stored, now)?,
+            let expire = u32::try_from((now / 1000).saturating_add(take_varint(&mut rest)?)).unwrap_or(u32::MAX);
+            match (&layout, kind) {
+                (Some(kinds), FULL) => full_cells(&mut rest, kinds, now, &mut cells)?,
+                (Some(stored), _) => delta_values(&mut rest, stored, now, &mut cells)?,
                 // A table this worker does not have: its entries are read past.
                 (None, _) => return Some(out),
-            };
-            entries.push((key, expire, cells));
+            }
+            entries.push((key, expire));
         }
-        out.push(Handed { name, signature, kind, entries });
+        // Every entry of a table has as many cells (its layout's).
+        let per = cells.len().checked_div(entries.len()).unwrap_or(0);
+        out.push(Handed { name, signature, kind, entries, cells, per });
     }
     Some(out)
 }
@@ -339,23 +360,19 @@ fn signature_layout(name: &str, signature: &str) -> Option<Shape> {
     Some((layout.cells(), stored))
 }
 
-fn full_cells(rest: &mut &[u8], kinds: &Shape, now: u64) -> Option<Vec<u32>> {
-    kinds
-        .0
-        .iter()
-        .map(|kind| {
-            Some(match kind {
-                Cell::Plain => take_varint(rest)? as u32,
-                Cell::Current => 0,
-                Cell::Tick { period } => ((now / u64::from(*period)) as u32).wrapping_sub(take_varint(rest)? as u32),
-                Cell::LastMs => (now as u32).wrapping_sub(take_varint(rest)? as u32),
-            })
-        })
-        .collect()
+fn full_cells(rest: &mut &[u8], kinds: &Shape, now: u64, out: &mut Vec<u32>) -> Option<()> {
+    for kind in &kinds.0 {
+        out.push(match kind {
+            Cell::Plain => take_varint(rest)? as u32,
+            Cell::Current => 0,
+            Cell::Tick { period } => ((now / u64::from(*period)) as u32).wrapping_sub(take_varint(rest)? as u32),
+            Cell::LastMs => (now as u32).wrapping_sub(take_varint(rest)? as u32),
+        });
+    }
+    Some(())
 }
 
-fn delta_values(rest: &mut &[u8], kinds: &Shape, now: u64) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
+fn delta_values(rest: &mut &[u8], kinds: &Shape, now: u64, out: &mut Vec<u32>) -> Option<()> {
     for &(data, period) in &kinds.1 {
         match data {
             DataType::ConnCur | DataType::HttpReqCur => {}
@@ -368,10 +385,10 @@ fn delta_values(rest: &mut &[u8], kinds: &Shape, now: u64) -> Option<Vec<u32>> {
             _ => out.push(u32::try_from(take_varint(rest)?).unwrap_or(u32::MAX)),
         }
     }
-    Some(out)
+    Some(())
 }
 
-fn varint(out: &mut Vec<u8>, mut n: u64) {
+pub(super) fn varint(out: &mut Vec<u8>, mut n: u64) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
         n >>= 7;
@@ -404,7 +421,7 @@ fn take_text(input: &mut &[u8]) -> Option<String> {
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-fn base64(bytes: &[u8]) -> String {
+pub(super) fn base64(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
@@ -420,7 +437,7 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-fn unbase64(text: &str) -> Option<Vec<u8>> {
+pub(super) fn unbase64(text: &str) -> Option<Vec<u8>> {
     let mut value = [u8::MAX; 256];
     for (i, &c) in ALPHABET.iter().enumerate() {
         value[usize::from(c)] = i as u8;

@@ -8,11 +8,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use lb_config::KeyType;
 
 /// One key, as stored. Addresses are kept as IPv6 (IPv4 mapped), so that one table holds both.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Key {
     Ip([u8; 16]),
     Bytes(Box<[u8]>),
     Int(u64),
+}
+
+/// By hand: an address is one 128-bit word for the hasher (the derived hash writes the
+/// variant, the array's length and its bytes apart, on every request).
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Key::Ip(octets) => state.write_u128(u128::from_ne_bytes(*octets)),
+            Key::Bytes(bytes) => state.write(bytes),
+            Key::Int(n) => state.write_u64(*n),
+        }
+    }
 }
 
 impl Key {
@@ -23,17 +35,15 @@ impl Key {
             IpAddr::V4(v4) => Some(v4),
             IpAddr::V6(v6) => v6.to_ipv4_mapped(),
         };
-        // An IPv4 address's prefix counts from its own first bit (the mapped form's 97th).
-        let (mut octets, keep) = match (v4, ip) {
-            (Some(v4), _) => (v4.to_ipv6_mapped().octets(), 96 + usize::from(v4_prefix)),
-            (None, IpAddr::V6(v6)) => (v6.octets(), usize::from(v6_prefix)),
+        // As one 128-bit word: an IPv4 address mapped (`::ffff:a.b.c.d`), its prefix counting
+        // from its own first bit (the mapped form's 97th).
+        let (bits, keep) = match (v4, ip) {
+            (Some(v4), _) => (0xffff_u128 << 32 | u128::from(v4.to_bits()), 96 + u32::from(v4_prefix)),
+            (None, IpAddr::V6(v6)) => (v6.to_bits(), u32::from(v6_prefix)),
             (None, IpAddr::V4(_)) => return None,
         };
-        if keep < 128 {
-            octets[keep / 8] &= !(0xffu8 >> (keep % 8));
-            octets[keep / 8 + 1..].fill(0);
-        }
-        Some(Key::Ip(octets))
+        let network = if keep >= 128 { bits } else { bits & !(u128::MAX >> keep) };
+        Some(Key::Ip(network.to_be_bytes()))
     }
 
     /// A text key: at most the table's `len` bytes are kept.

@@ -23,9 +23,15 @@ const EPOCH_UNIX_MS: u64 = 1_735_689_600_000;
 
 impl Now {
     pub(crate) fn read() -> Now {
-        let unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Now::at(std::time::SystemTime::now())
+    }
+
+    /// The time `wall` read (a caller that has read the clock already).
+    pub(crate) fn at(wall: std::time::SystemTime) -> Now {
+        let unix = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| {
+            // Seconds and milliseconds apart: `as_millis` is 128-bit arithmetic.
+            d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_millis()))
+        });
         Now(unix.saturating_sub(EPOCH_UNIX_MS))
     }
 
@@ -186,7 +192,13 @@ impl Row<'_> {
             _ => (0, 0),
         };
         let remaining = period - self.now.0 % period;
-        Some(current + (u128::from(previous) * u128::from(remaining) / u128::from(period)) as u64)
+        // A 32-bit count times a remainder below a 32-bit period fits in 64 bits (a call to
+        // 128-bit division saved per read); only a huge count of bytes needs 128.
+        let weighted = match previous.checked_mul(remaining) {
+            Some(product) => product / period,
+            None => (u128::from(previous) * u128::from(remaining) / u128::from(period)) as u64,
+        };
+        Some(current + weighted)
     }
 
     /// Counts `n` events: a count or a rate goes up by `n`, a current value or a counter too.

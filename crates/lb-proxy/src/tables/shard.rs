@@ -59,9 +59,9 @@ impl Shard {
         Shard { head: END, tail: END, ..Shard::default() }
     }
 
-    /// Whether `slot` holds `key`'s entry, in use (a holder's hint that is still right).
-    pub(crate) fn holds(&self, slot: u32, key: &Key) -> bool {
-        self.metas.get(slot as usize).is_some_and(|m| m.refs > 0 && m.key == *key)
+    /// Whether `slot` holds an entry in use (which nothing removes: its holder's slot).
+    pub(crate) fn in_use(&self, slot: u32) -> bool {
+        self.metas.get(slot as usize).is_some_and(|m| m.refs > 0)
     }
 
     pub(crate) fn find(&self, hash: u64, key: &Key) -> Option<u32> {

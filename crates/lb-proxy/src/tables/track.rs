@@ -10,12 +10,13 @@ use super::{Key, Now, Reason, Row, Table, Verdict};
 
 /// A key held by a connection or a request: its current values and use count go down when
 /// this is dropped.
+///
+/// Not the key itself: an entry in use is never removed (eviction, expiry, `clear table` pass
+/// it over), so while this holds it the entry stays in its slot, found again by the key's hash
+/// (its shard) and the slot, without a search or a comparison of keys.
 #[derive(Debug)]
 pub(crate) struct Held {
     table: Arc<Table>,
-    key: Key,
-    /// The key's hash and the entry's slot: an entry in use stays where it is, so the holder
-    /// finds it again without a search.
     hash: u64,
     slot: u32,
     /// The current value this holder raised (`conn_cur` or `http_req_cur`).
@@ -39,26 +40,26 @@ impl Held {
 
     fn start(table: &Arc<Table>, key: Key, now: Now, counted: [DataType; 3], current: DataType) -> Option<Held> {
         let hash = table.hash(&key);
-        let ((), slot) = table.update_at(&key, hash, None, now, |row, refs| {
+        let ((), slot) = table.update_at(&key, hash, now, |row, meta| {
             for data in counted {
                 row.add(data, 1);
             }
-            *refs += 1;
+            meta.refs += 1;
         })?;
-        Some(Held::new(table, key, hash, slot, current))
+        Some(Held::new(table, hash, slot, current))
     }
 
-    fn new(table: &Arc<Table>, key: Key, hash: u64, slot: u32, current: DataType) -> Held {
-        Held { table: table.clone(), key, hash, slot, current, released: AtomicBool::new(false) }
+    fn new(table: &Arc<Table>, hash: u64, slot: u32, current: DataType) -> Held {
+        Held { table: table.clone(), hash, slot, current, released: AtomicBool::new(false) }
     }
 
     /// Runs `f` on the held entry (it is there: an entry in use is never removed).
     pub(crate) fn update<R>(&self, now: Now, f: impl FnOnce(&mut Row<'_>) -> R) -> Option<R> {
-        self.table.update_at(&self.key, self.hash, Some(self.slot), now, |row, _| f(row)).map(|(r, _)| r)
+        self.table.update_held(self.hash, self.slot, now, |row, _| f(row))
     }
 
     fn read<R>(&self, now: Now, f: impl FnOnce(&Row<'_>) -> R) -> Option<R> {
-        self.table.read_at(&self.key, self.hash, Some(self.slot), now, f)
+        self.table.read_held(self.hash, self.slot, now, f)
     }
 
     /// A request's answer, its status class and bytes counted; the entry is let go at the same
@@ -68,10 +69,10 @@ impl Held {
             return;
         }
         let current = self.current;
-        self.table.update_at(&self.key, self.hash, Some(self.slot), now, |row, refs| {
+        self.table.update_held(self.hash, self.slot, now, |row, meta| {
             count_answer(row, status, bytes_in, bytes_out);
             row.sub(current);
-            *refs = refs.saturating_sub(1);
+            meta.refs = meta.refs.saturating_sub(1);
         });
     }
 }
@@ -106,9 +107,8 @@ impl Drop for Held {
             return;
         }
         let mut shard = self.table.shard(self.hash);
-        let slot = if shard.holds(self.slot, &self.key) { Some(self.slot) } else { shard.find(self.hash, &self.key) };
-        if let Some(slot) = slot {
-            let (meta, cells) = shard.entry_mut(slot, self.table.layout.width);
+        if shard.in_use(self.slot) {
+            let (meta, cells) = shard.entry_mut(self.slot, self.table.layout.width);
             meta.refs = meta.refs.saturating_sub(1);
             Row { layout: &self.table.layout, cells, now: Now(0) }.sub(self.current);
         }
@@ -154,7 +154,7 @@ impl Tracked {
         let counted = [DataType::HttpReqCnt, DataType::HttpReqRate, DataType::HttpReqCur];
         let hash = table.hash(&key);
         let share = table.share();
-        let held = table.update_at(&key, hash, None, now, |row, refs| {
+        let held = table.update_at(&key, hash, now, |row, meta| {
             verdict = row.take(share);
             if matches!(verdict, Some(Verdict::Refuse { .. })) {
                 // nginx counts a refused request nowhere; HAProxy's rate counts every request
@@ -166,7 +166,7 @@ impl Tracked {
             for data in counted {
                 row.add(data, 1);
             }
-            *refs += 1;
+            meta.refs += 1;
             true
         });
         match verdict {
@@ -178,7 +178,7 @@ impl Tracked {
             Some(Verdict::Pass) | None => {}
         }
         if let Some((true, slot)) = held {
-            *place = Some(Held::new(table, key, hash, slot, DataType::HttpReqCur));
+            *place = Some(Held::new(table, hash, slot, DataType::HttpReqCur));
         }
         TrackOutcome::Counted
     }
@@ -248,9 +248,9 @@ impl Tracked {
         longest.as_secs_f64().ceil().max(1.0) as u64
     }
 
-    /// The request's answer, counted in each entry it tracks.
-    pub(crate) fn answered(&self, status: u16, bytes_in: u64, bytes_out: u64) {
-        let now = Now::read();
+    /// The request's answer, counted in each entry it tracks, as of `now` (the log's reading
+    /// of the clock: one reading serves both).
+    pub(crate) fn answered(&self, now: Now, status: u16, bytes_in: u64, bytes_out: u64) {
         for held in self.slots.iter().flatten() {
             held.answered(now, status, bytes_in, bytes_out);
         }

@@ -101,7 +101,13 @@ impl Sockets {
         socket.bind(&SocketAddr::new(ip, self.local.port()).into())?;
         socket.connect(&peer.into())?;
         socket.set_nonblocking(true)?;
-        let socket = Arc::new(tokio::net::UdpSocket::from_std(socket.into())?);
+        self.attach(tokio::net::UdpSocket::from_std(socket.into())?, peer)
+    }
+
+    /// Takes `socket`, connected to `peer`, as that connection's own: its datagrams go to the
+    /// endpoint until the guard drops.
+    fn attach(self: &Arc<Self>, socket: tokio::net::UdpSocket, peer: SocketAddr) -> io::Result<Owned> {
+        let socket = Arc::new(socket);
         lock(&self.owned).insert(peer, socket.clone());
         let inbox = self.inbox_tx.clone();
         let reader = tokio::spawn(async move {
@@ -110,10 +116,15 @@ impl Sockets {
             let mut block = BytesMut::new();
             loop {
                 block.reserve(MAX_DATAGRAM);
+                // Each with its real source, not `peer`: between bind() and connect() the socket
+                // is as unconnected as the shared one, and the kernel may queue there any
+                // client's datagram (another client's Initial, say), still read after connect().
+                // Told it came from `peer`, quinn would answer that client's handshake at the
+                // wrong address and drop its packets from the right one until it times out.
                 // Errors are the ICMP ones a connected socket reports (port unreachable): the
                 // connection's own timers deal with a client gone.
-                if socket.recv_buf(&mut block).await.is_ok() {
-                    if inbox.send((peer, block.split().freeze())).await.is_err() {
+                if let Ok((_, from)) = socket.recv_buf_from(&mut block).await {
+                    if inbox.send((from, block.split().freeze())).await.is_err() {
                         return;
                     }
                 } else {

@@ -240,21 +240,20 @@ mod tests {
     /// Another client's datagram, queued on a connection's socket before its connect(),
     /// reaches the endpoint with that client's address, not the connected peer's.
     #[tokio::test]
-    async fn datagram_queued_before_connect_keeps_its_source() {
-        let sockets = Arc::new(Sockets::new(std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap());
-        let own = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (other, peer) =
-            (std::net::UdpSocket::bind("127.0.0.1:0").unwrap(), std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
-        other.send_to(b"initial", own.local_addr().unwrap()).unwrap();
-        own.connect(peer.local_addr().unwrap()).unwrap();
-        own.set_nonblocking(true).unwrap();
-        let own = tokio::net::UdpSocket::from_std(own).unwrap();
-        let _owned = sockets.attach(own, peer.local_addr().unwrap()).unwrap();
+    async fn datagram_queued_before_connect_keeps_its_source() -> io::Result<()> {
+        let bind = || std::net::UdpSocket::bind("127.0.0.1:0");
+        let sockets = Arc::new(Sockets::new(bind()?)?);
+        let (own, other, peer) = (bind()?, bind()?, bind()?);
+        other.send_to(b"initial", own.local_addr()?)?;
+        own.connect(peer.local_addr()?)?;
+        own.set_nonblocking(true)?;
+        let _owned = sockets.attach(tokio::net::UdpSocket::from_std(own)?, peer.local_addr()?)?;
         let mut buf = [0u8; MAX_DATAGRAM];
         let mut meta = [RecvMeta::default()];
         let received = poll_fn(|cx| sockets.poll_recv(cx, &mut [IoSliceMut::new(&mut buf)], &mut meta));
-        let n = tokio::time::timeout(Duration::from_secs(10), received).await.unwrap().unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(10), received).await.map_err(io::Error::other)??;
         let from = meta[0].addr;
-        assert_eq!((n, from, &buf[..meta[0].len]), (1, other.local_addr().unwrap(), &b"initial"[..]));
+        assert_eq!((n, from, &buf[..meta[0].len]), (1, other.local_addr()?, &b"initial"[..]));
+        Ok(())
     }
 }

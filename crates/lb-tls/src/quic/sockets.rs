@@ -101,12 +101,12 @@ impl Sockets {
         socket.bind(&SocketAddr::new(ip, self.local.port()).into())?;
         socket.connect(&peer.into())?;
         socket.set_nonblocking(true)?;
-        self.attach(tokio::net::UdpSocket::from_std(socket.into())?, peer)
+        Ok(self.attach(tokio::net::UdpSocket::from_std(socket.into())?, peer))
     }
 
     /// Takes `socket`, connected to `peer`, as that connection's own: its datagrams go to the
     /// endpoint until the guard drops.
-    fn attach(self: &Arc<Self>, socket: tokio::net::UdpSocket, peer: SocketAddr) -> io::Result<Owned> {
+    fn attach(self: &Arc<Self>, socket: tokio::net::UdpSocket, peer: SocketAddr) -> Owned {
         let socket = Arc::new(socket);
         lock(&self.owned).insert(peer, socket.clone());
         let inbox = self.inbox_tx.clone();
@@ -132,7 +132,7 @@ impl Sockets {
                 }
             }
         });
-        Ok(Owned { sockets: self.clone(), peer, reader: reader.abort_handle() })
+        Owned { sockets: self.clone(), peer, reader: reader.abort_handle() }
     }
 
     fn owned(&self, peer: &SocketAddr) -> Option<Arc<tokio::net::UdpSocket>> {
@@ -247,7 +247,7 @@ mod tests {
         other.send_to(b"initial", own.local_addr()?)?;
         own.connect(peer.local_addr()?)?;
         own.set_nonblocking(true)?;
-        let _owned = sockets.attach(tokio::net::UdpSocket::from_std(own)?, peer.local_addr()?)?;
+        let _owned = sockets.attach(tokio::net::UdpSocket::from_std(own)?, peer.local_addr()?);
         let mut buf = [0u8; MAX_DATAGRAM];
         let mut meta = [RecvMeta::default()];
         let received = poll_fn(|cx| sockets.poll_recv(cx, &mut [IoSliceMut::new(&mut buf)], &mut meta));

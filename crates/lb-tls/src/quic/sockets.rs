@@ -101,7 +101,13 @@ impl Sockets {
         socket.bind(&SocketAddr::new(ip, self.local.port()).into())?;
         socket.connect(&peer.into())?;
         socket.set_nonblocking(true)?;
-        let socket = Arc::new(tokio::net::UdpSocket::from_std(socket.into())?);
+        Ok(self.attach(tokio::net::UdpSocket::from_std(socket.into())?, peer))
+    }
+
+    /// Takes `socket`, connected to `peer`, as that connection's own: its datagrams go to the
+    /// endpoint until the guard drops.
+    fn attach(self: &Arc<Self>, socket: tokio::net::UdpSocket, peer: SocketAddr) -> Owned {
+        let socket = Arc::new(socket);
         lock(&self.owned).insert(peer, socket.clone());
         let inbox = self.inbox_tx.clone();
         let reader = tokio::spawn(async move {
@@ -110,10 +116,15 @@ impl Sockets {
             let mut block = BytesMut::new();
             loop {
                 block.reserve(MAX_DATAGRAM);
+                // Each with its real source, not `peer`: between bind() and connect() the socket
+                // is as unconnected as the shared one, and the kernel may queue there any
+                // client's datagram (another client's Initial, say), still read after connect().
+                // Told it came from `peer`, quinn would answer that client's handshake at the
+                // wrong address and drop its packets from the right one until it times out.
                 // Errors are the ICMP ones a connected socket reports (port unreachable): the
                 // connection's own timers deal with a client gone.
-                if socket.recv_buf(&mut block).await.is_ok() {
-                    if inbox.send((peer, block.split().freeze())).await.is_err() {
+                if let Ok((_, from)) = socket.recv_buf_from(&mut block).await {
+                    if inbox.send((from, block.split().freeze())).await.is_err() {
                         return;
                     }
                 } else {
@@ -121,7 +132,7 @@ impl Sockets {
                 }
             }
         });
-        Ok(Owned { sockets: self.clone(), peer, reader: reader.abort_handle() })
+        Owned { sockets: self.clone(), peer, reader: reader.abort_handle() }
     }
 
     fn owned(&self, peer: &SocketAddr) -> Option<Arc<tokio::net::UdpSocket>> {
@@ -217,5 +228,32 @@ impl UdpPoller for Writable {
             self.waiting = None;
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+    use std::time::Duration;
+
+    /// Another client's datagram, queued on a connection's socket before its connect(),
+    /// reaches the endpoint with that client's address, not the connected peer's.
+    #[tokio::test]
+    async fn datagram_queued_before_connect_keeps_its_source() -> io::Result<()> {
+        let bind = || std::net::UdpSocket::bind("127.0.0.1:0");
+        let sockets = Arc::new(Sockets::new(bind()?)?);
+        let (own, other, peer) = (bind()?, bind()?, bind()?);
+        other.send_to(b"initial", own.local_addr()?)?;
+        own.connect(peer.local_addr()?)?;
+        own.set_nonblocking(true)?;
+        let _owned = sockets.attach(tokio::net::UdpSocket::from_std(own)?, peer.local_addr()?);
+        let mut buf = [0u8; MAX_DATAGRAM];
+        let mut meta = [RecvMeta::default()];
+        let received = poll_fn(|cx| sockets.poll_recv(cx, &mut [IoSliceMut::new(&mut buf)], &mut meta));
+        let n = tokio::time::timeout(Duration::from_secs(10), received).await.map_err(io::Error::other)??;
+        let from = meta[0].addr;
+        assert_eq!((n, from, &buf[..meta[0].len]), (1, other.local_addr()?, &b"initial"[..]));
+        Ok(())
     }
 }

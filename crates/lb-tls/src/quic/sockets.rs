@@ -53,13 +53,19 @@ pub(crate) struct Sockets {
 pub(crate) struct Owned {
     sockets: Arc<Sockets>,
     peer: SocketAddr,
+    socket: Arc<tokio::net::UdpSocket>,
     reader: tokio::task::AbortHandle,
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
         self.reader.abort();
-        lock(&self.sockets.owned).remove(&self.peer);
+        // Only if the entry is still ours: a client port reused while this connection lingered
+        // has a newer connection's socket there.
+        let mut owned = lock(&self.sockets.owned);
+        if owned.get(&self.peer).is_some_and(|s| Arc::ptr_eq(s, &self.socket)) {
+            owned.remove(&self.peer);
+        }
     }
 }
 
@@ -110,6 +116,7 @@ impl Sockets {
         let socket = Arc::new(socket);
         lock(&self.owned).insert(peer, socket.clone());
         let inbox = self.inbox_tx.clone();
+        let own = socket.clone();
         let reader = tokio::spawn(async move {
             // Datagrams are read straight into shared blocks, handed on without another copy
             // until quinn's own buffer.
@@ -132,7 +139,7 @@ impl Sockets {
                 }
             }
         });
-        Owned { sockets: self.clone(), peer, reader: reader.abort_handle() }
+        Owned { sockets: self.clone(), peer, socket: own, reader: reader.abort_handle() }
     }
 
     fn owned(&self, peer: &SocketAddr) -> Option<Arc<tokio::net::UdpSocket>> {
@@ -254,6 +261,28 @@ mod tests {
         let n = tokio::time::timeout(Duration::from_secs(10), received).await.map_err(io::Error::other)??;
         let from = meta[0].addr;
         assert_eq!((n, from, &buf[..meta[0].len]), (1, other.local_addr()?, &b"initial"[..]));
+        Ok(())
+    }
+
+    /// A client port reused while the old connection lingers: the old one's end leaves the new
+    /// connection's socket in place.
+    #[tokio::test]
+    async fn an_ended_connection_leaves_a_newer_socket_for_the_same_client() -> io::Result<()> {
+        let bind = || std::net::UdpSocket::bind("127.0.0.1:0");
+        let sockets = Arc::new(Sockets::new(bind()?)?);
+        let peer = bind()?.local_addr()?;
+        let attach = |socket: std::net::UdpSocket| -> io::Result<Owned> {
+            socket.connect(peer)?;
+            socket.set_nonblocking(true)?;
+            Ok(sockets.attach(tokio::net::UdpSocket::from_std(socket)?, peer))
+        };
+        let old = attach(bind()?)?;
+        let new = attach(bind()?)?;
+        drop(old);
+        let kept = lock(&sockets.owned).get(&peer).cloned();
+        assert!(kept.is_some_and(|s| Arc::ptr_eq(&s, &new.socket)), "the newer connection's socket is kept");
+        drop(new);
+        assert!(lock(&sockets.owned).is_empty());
         Ok(())
     }
 }

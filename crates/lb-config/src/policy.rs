@@ -407,10 +407,18 @@ pub enum RouteTarget {
 pub struct Reply {
     pub status: u16,
     pub content_type: Option<String>,
-    pub body: Vec<u8>,
+    /// Shared, not copied, by every answer made from it.
+    pub body: bytes::Bytes,
     /// The file the body was read from, `None` for an inline body.
     pub body_file: Option<PathBuf>,
     pub headers: Vec<(String, Template)>,
+}
+
+impl Reply {
+    /// A reply with only a status: no body, type or header of its own.
+    pub fn status(status: u16) -> Reply {
+        Reply { status, content_type: None, body: bytes::Bytes::new(), body_file: None, headers: Vec::new() }
+    }
 }
 
 /// Where a redirect points.

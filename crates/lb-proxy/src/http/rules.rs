@@ -96,9 +96,7 @@ pub(super) fn rule_answer(
         }
         Final::LimitReq { retry_after_ms } => {
             counted(&ctx.fe.counters.denied_requests);
-            let reply =
-                Reply { status: 429, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
-            refusal(ex, &reply, *b"PR", Reason::LimitReq, Some(retry_after_ms.div_ceil(1000).max(1)))
+            refusal(ex, &Reply::status(429), *b"PR", Reason::LimitReq, Some(retry_after_ms.div_ceil(1000).max(1)))
         }
         Final::Return(reply) => {
             counted(&ctx.fe.counters.intercepted);
@@ -106,9 +104,7 @@ pub(super) fn rule_answer(
         }
         Final::Redirect { code, location } => {
             counted(&ctx.fe.counters.intercepted);
-            let reply =
-                Reply { status: code, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
-            own_reply(ex, &reply, *b"LR", Some(location))
+            own_reply(ex, &Reply::status(code), *b"LR", Some(location))
         }
     };
     (answer, hold)
@@ -249,7 +245,7 @@ pub(super) fn own_reply(
     if ex.ctx.shutdown.is_draining() && !ex.ctx.is_h2() {
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    let body = bytes::Bytes::from(reply.body.clone());
+    let body = reply.body.clone();
     let (parts, ()) = response.into_parts();
     Response::from_parts(parts, ResponseBody::full(body, Box::new(ex)))
 }

@@ -121,8 +121,7 @@ fn unsupported(action: &str) -> String {
 
 /// `[status N | deny_status N] [content-type T] [string S | file F] [hdr NAME VALUE]…`.
 fn reply(args: &[String], default_status: u16) -> Result<Reply, String> {
-    let mut reply =
-        Reply { status: default_status, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
+    let mut reply = Reply::status(default_status);
     let mut words = args.iter();
     while let Some(word) = words.next() {
         let mut value = || words.next().cloned().ok_or_else(|| format!("`{word}` needs a value"));
@@ -132,7 +131,7 @@ fn reply(args: &[String], default_status: u16) -> Result<Reply, String> {
                 reply.status = v.parse().map_err(|_| format!("`{v}` is not a status"))?;
             }
             "content-type" => reply.content_type = Some(value()?),
-            "string" => reply.body = value()?.into_bytes(),
+            "string" => reply.body = value()?.into_bytes().into(),
             "file" => reply.body_file = Some(value()?.into()),
             "hdr" => {
                 let name = value()?;
@@ -207,13 +206,7 @@ pub(crate) fn monitor_uri(line: &Line) -> Result<RequestRule, String> {
         return Err("expected `monitor-uri URI`".to_owned());
     }
     let test = Test { fetch: Fetch::Uri, matcher: Matcher::Equals(uri.to_owned()), ignore_case: false };
-    let reply = Reply {
-        status: 200,
-        content_type: Some("text/plain".to_owned()),
-        body: b"OK\n".to_vec(),
-        body_file: None,
-        headers: Vec::new(),
-    };
+    let reply = Reply { content_type: Some("text/plain".to_owned()), body: "OK\n".into(), ..Reply::status(200) };
     Ok(RequestRule {
         action: RequestAction::Return(reply),
         guard: Some(Guard { condition: Condition::Test(test), negate: false }),

@@ -205,7 +205,7 @@ fn http_request_rules_captures_and_logs() {
     let actions: Vec<&RequestAction> = f.http_request.iter().map(|r| &r.action).collect();
     assert!(matches!(actions[0], RequestAction::Capture(c) if c.header == "x-request-id" && c.length == 36));
     assert!(matches!(actions[1], RequestAction::Deny(r) if r.status == 400));
-    assert!(matches!(actions[2], RequestAction::Return(r) if r.body == br#"{"ok":true}"# && r.status == 200));
+    assert!(matches!(actions[2], RequestAction::Return(r) if r.body[..] == br#"{"ok":true}"#[..] && r.status == 200));
     assert!(matches!(actions[3], RequestAction::SetHeader(h) if h.value.source == "%[src]"));
     assert!(matches!(actions[4], RequestAction::DelHeader(h) if h == "X-Internal"));
     assert!(matches!(actions[5], RequestAction::Redirect(r) if r.code == 301));

@@ -145,8 +145,7 @@ pub(super) fn reply(
             return None;
         }
     };
-    let mut reply =
-        Reply { status: default_status, content_type: None, body: Vec::new(), body_file: None, headers: Vec::new() };
+    let mut reply = Reply::status(default_status);
     for (k, v) in map {
         let k = k.as_str().unwrap_or_default();
         let at = child(field, k);
@@ -160,14 +159,14 @@ pub(super) fn reply(
                 _ => ctx.error(&at, "expected a media type such as application/json"),
             },
             "body" => match scalar_text(v) {
-                Some(b) => reply.body = b.into_bytes(),
+                Some(b) => reply.body = b.into_bytes().into(),
                 None => ctx.error(&at, "expected text"),
             },
             "file" => {
                 let Some(path) = v.as_str().and_then(|p| ctx.path(&at, p)) else { continue };
                 match std::fs::read(&path) {
                     Ok(bytes) => {
-                        reply.body = bytes;
+                        reply.body = bytes.into();
                         reply.body_file = Some(path);
                     }
                     Err(e) => ctx.error(&at, format!("cannot read {}: {e}", path.display())),

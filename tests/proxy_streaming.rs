@@ -2,7 +2,9 @@
 //! byte count while the proxy's peak resident memory stays small. And how a response leaves for
 //! the client when the server writes its head and its body apart: together when the head
 //! announced the body's length (one segment, as HAProxy sends it), the head on its own when the
-//! body is late (never held back until it comes), and at once for a chunked stream.
+//! body is late (never held back until it comes), and at once for a chunked stream. A server's
+//! response head is bounded as a request's is (`max_header_size`): the same bound keeps what a
+//! streaming exchange holds small.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -177,4 +179,46 @@ async fn a_chunked_head_goes_at_once() {
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
     let written = body_written.recv().await.expect("the server wrote the event");
     assert!(head_at < written, "the head of a chunked stream waited for its first chunk: {first:?}");
+}
+
+/// A response head with one header of `size` bytes and a five-byte body.
+fn head_of(size: usize) -> &'static str {
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Big: {}\r\n\r\n", "a".repeat(size));
+    Box::leak(head.into_boxed_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_head_is_bounded_by_the_largest_max_header_size() {
+    // The bound that keeps a streaming exchange's buffers small (HAProxy's one bufsize for both
+    // directions): heads under the largest frontend's `max_header_size` pass, larger ones are
+    // the server's fault (502), never a buffer grown without end.
+    for (defaults, size, status) in
+        [("", 12 * 1024, "200"), ("", 20 * 1024, "502"), ("  max_header_size: 32k\n", 20 * 1024, "200")]
+    {
+        let (server, _) = server_writing_apart(head_of(size), Duration::ZERO, "hello").await;
+        let defaults = format!("defaults:\n  timeouts: {{ connect: 2s, client: 30s, server: 30s }}\n{defaults}");
+        let proxy = ProxyProcess::start_with(1, single_backend(&defaults, "", ("s1", server)));
+        let (first, _, mut conn) = first_read(proxy.addr()).await;
+        assert!(
+            first.starts_with(&format!("HTTP/1.1 {status}")),
+            "a {size}-byte header with `{defaults}`: {}",
+            &first[..first.len().min(200)]
+        );
+        let line = proxy.wait_for_log(|l| l.contains("GET /apart")).await;
+        assert!(line.contains(&format!(" {status} ")), "{line}");
+        assert_eq!(line.contains(" SH-- "), status == "502", "a server's oversized head is its error: {line}");
+        if status == "200" {
+            // The rest of the head and the body.
+            let mut rest = first.into_bytes();
+            let mut buf = vec![0u8; 64 * 1024];
+            while !rest.ends_with(b"\r\n\r\nhello") {
+                let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+                    .await
+                    .expect("within 10 s")
+                    .expect("read");
+                assert!(n > 0, "closed before the body");
+                rest.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
 }

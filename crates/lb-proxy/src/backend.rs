@@ -40,6 +40,10 @@ use server::Downtime;
 pub(crate) use server::ServerState;
 pub(crate) use sessions::SessionGuard;
 
+/// hyper's buffer on server connections when no frontend says otherwise: lb-config's default
+/// `max_header_size`, HAProxy's default `tune.bufsize`.
+const DEFAULT_HEAD_BUFFER: usize = 16 * 1024;
+
 /// Every backend of one config, by name. A new config (reload) gets new `Backends`.
 #[derive(Debug)]
 pub(crate) struct Backends {
@@ -50,8 +54,16 @@ pub(crate) struct Backends {
 
 impl Backends {
     pub(crate) fn new(config: &lb_config::Config) -> Backends {
-        let list: Vec<Arc<BackendState>> =
-            config.backends.iter().map(|b| Arc::new(BackendState::new(b.clone()))).collect();
+        // One bound for every server's response head, the largest any frontend accepts for a
+        // request head (HAProxy's one `tune.bufsize` serves both directions the same way): a
+        // pooled server connection may serve any frontend.
+        // (lb-config keeps every `max_header_size` at or above hyper's 8 KiB smallest.)
+        let head_buffer = config.frontends.iter().map(|f| f.max_header_size).max().unwrap_or(DEFAULT_HEAD_BUFFER);
+        let list: Vec<Arc<BackendState>> = config
+            .backends
+            .iter()
+            .map(|b| Arc::new(BackendState { head_buffer, ..BackendState::new(b.clone()) }))
+            .collect();
         let by_name = list.iter().enumerate().map(|(i, b)| (b.name().to_owned(), i)).collect();
         Backends { list, by_name }
     }
@@ -88,6 +100,10 @@ pub(crate) struct BackendState {
     /// Time without a usable server (`downtime`), noted at every change that can make or undo
     /// that: a server's health, admin state or weight, a server added or deleted.
     downtime: Mutex<Downtime>,
+    /// hyper's buffer on this backend's server connections: the largest response head taken,
+    /// and the most read from or queued for a server at once while a body streams (hyper's own
+    /// default, about 400 KiB, held that much per streaming connection).
+    head_buffer: usize,
 }
 
 /// Why [`BackendState::pick_queued`] found no server.
@@ -126,6 +142,7 @@ impl BackendState {
             queued: AtomicUsize::new(0),
             slot_freed: Notify::new(),
             downtime: Mutex::new(Downtime::default()),
+            head_buffer: DEFAULT_HEAD_BUFFER,
         };
         // Down from the start when it has no usable server (none configured, all in MAINT).
         backend.note_availability();
@@ -138,6 +155,11 @@ impl BackendState {
 
     pub(crate) fn config(&self) -> &lb_config::Backend {
         &self.config
+    }
+
+    /// hyper's buffer size for a new connection to one of this backend's servers.
+    pub(crate) fn head_buffer(&self) -> usize {
+        self.head_buffer
     }
 
     /// The servers now (a change made after this call is not seen in the returned list).

@@ -107,7 +107,7 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
     let connected = connect(backend, retries).await?;
     let server = connected.lease.server().clone();
     let addr_generation = connected.addr_generation;
-    match handshake(connected.stream, server.clone()).await {
+    match handshake(connected.stream, server.clone(), backend.head_buffer()).await {
         Ok(sender) => Ok(Upstream {
             conn: ServerConn { sender, response_timer: Box::pin(tokio::time::sleep(UNSET)), addr_generation },
             server,
@@ -121,11 +121,13 @@ pub(crate) async fn fresh(backend: &Arc<BackendState>, retries: &mut u32) -> Res
     }
 }
 
-async fn handshake(stream: TcpStream, server: Arc<ServerState>) -> Result<Sender, hyper::Error> {
+async fn handshake(stream: TcpStream, server: Arc<ServerState>, buffer: usize) -> Result<Sender, hyper::Error> {
     // No writev: a request without a body is one buffer, sent with one send() instead of a
     // writev() of one iovec (the vectored path costs more in the kernel); a body is copied
-    // into hyper's buffer (requests through a load balancer are mostly small).
-    let (sender, conn) = http1::Builder::new().writev(false).handshake(TokioIo::new(stream)).await?;
+    // into hyper's buffer (requests through a load balancer are mostly small). `buffer` bounds
+    // the response head and what one streaming exchange holds in each direction.
+    let (sender, conn) =
+        http1::Builder::new().writev(false).max_buf_size(buffer).handshake(TokioIo::new(stream)).await?;
     // Ends when either side closes, or when the server's sessions are shut down (the task is
     // aborted, dropping the connection); errors are seen by the request that hit them.
     let id = server.sessions.id();

@@ -130,8 +130,13 @@ async fn a_quic_connection_open_across_ten_reloads_gets_its_whole_response() {
     let (port, ca) = (stack.port, stack.certs.ca());
     let first = stack.tls.current_worker().await.expect("a current worker");
     let mut session = tokio::task::block_in_place(|| h3::Session::open(port, &ca, None, false));
-    // A slow request and a large response on one connection while ten reloads go by.
+    // A slow request and a large response on one connection while ten reloads go by. The
+    // reloads start once both requests have reached the server: one still in flight when the
+    // first GOAWAY goes out would be refused as unprocessed (H3_REQUEST_REJECTED, RFC 9114
+    // §5.2), which a client retries on a new connection; this test is about the one connection.
     let reloads = tokio::spawn(async move {
+        let received = || stack.api.hits_for("/slow") == 1 && stack.api.hits_for("/bytes") == 1;
+        assert!(lb_testkit::wait_until(Duration::from_secs(20), received).await, "both requests reached the server");
         for _ in 0..10 {
             tokio::time::sleep(Duration::from_millis(200)).await;
             stack.tls.reload().await.expect("reload");

@@ -2,7 +2,9 @@
 //! ports that never complete a handshake. Past `quic.retry_threshold` handshakes under way, a
 //! new client's address is checked with a Retry first, so the flood holds no connected socket
 //! and no connection slot; a client already connected keeps being answered meanwhile. A
-//! client that refuses the handshake is counted by its reason, as over TCP.
+//! client that refuses the handshake is counted by its reason, as over TCP. CRYPTO data a client
+//! sends out of order is held up to 16 KiB, a handshake message up to 64 KiB: past either, that
+//! connection is closed and the others keep being answered.
 
 mod h3;
 
@@ -61,4 +63,35 @@ async fn a_client_that_refuses_our_certificate_is_counted_by_reason() {
         "lb_tls_frontend_failed_handshakes_total{{frontend=\"udp:127.0.0.1:{port}\",reason=\"certificate\"}} 1"
     );
     assert!(stack.metrics().lines().any(|l| l == sample), "{sample} in {}", stack.metrics());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crypto_data_past_the_buffer_or_the_message_limit_closes_that_connection_only() {
+    let stack = Stack::start();
+    let (port, ca) = (stack.port, stack.certs.ca());
+    let mut session = tokio::task::block_in_place(|| Session::open(port, &ca, None, false));
+    assert_eq!(tokio::task::block_in_place(|| session.requests(&json!([{"path": "/echo?before"}])))[0]["status"], 200);
+
+    // 100 bytes 20,000 ahead of anything read: more than the 16 KiB lb-tls holds out of order.
+    let gap = tokio::task::block_in_place(|| h3::hostile_crypto(port, "gap"));
+    assert_eq!(gap["closed"], true, "{gap}");
+    assert_eq!(gap["error_code"], 0x0d, "CRYPTO_BUFFER_EXCEEDED: {gap}");
+    // A ClientHello claiming 16 MiB: refused by the TLS library, not buffered.
+    let oversized = tokio::task::block_in_place(|| h3::hostile_crypto(port, "oversized"));
+    assert_eq!(oversized["closed"], true, "{oversized}");
+
+    let responses = tokio::task::block_in_place(|| session.requests(&json!([{"path": "/echo?after"}])));
+    assert_eq!(responses[0]["status"], 200, "{responses:?}");
+    let mut failed = json!(0);
+    for _ in 0..50 {
+        failed = stack.stat("ssl_failed_handshake");
+        if failed == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(failed, 2, "both hostile handshakes counted as failed");
+    assert_eq!(stack.stat("scur"), 1, "only the real client's connection is open");
+    assert_eq!(h3::connected_udp_peers(port).len(), 1, "{:?}", h3::connected_udp_peers(port));
+    assert!(tokio::task::block_in_place(|| session.close()));
 }

@@ -240,6 +240,20 @@ pub(crate) fn flood(port: u16, count: usize) -> usize {
     String::from_utf8_lossy(&out.stdout).trim().parse().expect("a count")
 }
 
+/// What lb-tls answers to one hand-built Initial packet with hostile CRYPTO data (`crypto.py`,
+/// MODE `gap` or `oversized`): `closed`, `error_code`, `reason`.
+#[allow(dead_code)]
+pub(crate) fn hostile_crypto(port: u16, mode: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("target/tools/pyenv/bin/python"))
+        .arg(root.join("tests/h3/crypto.py"))
+        .args(["127.0.0.1", &port.to_string(), mode])
+        .output()
+        .expect("the CRYPTO sender");
+    assert!(out.status.success(), "crypto.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// The peer ports of this host's UDP sockets bound to `port` and connected (IPv4): lb-tls's
 /// sockets for its QUIC connections.
 #[allow(dead_code)]

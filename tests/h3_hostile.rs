@@ -13,19 +13,34 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_initials_gets_retries_and_established_clients_keep_answers() {
+    flood_while_answering(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_initials_from_many_addresses_gets_retries_and_established_clients_keep_answers() {
+    flood_while_answering(true).await;
+}
+
+/// 400 Initials from 400 ports (with `addresses`, from 400 addresses of 127.0.0.0/8) against
+/// `retry_threshold: 10`, while an established client keeps asking: each of its requests is
+/// answered within 5 s (the flood does not starve it), and the flood holds nothing.
+async fn flood_while_answering(addresses: bool) {
     const FLOOD: usize = 400;
+    const ANSWERED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
     let stack = Stack::start_quic("{ retry_threshold: 10 }");
     let (port, ca) = (stack.port, stack.certs.ca());
     let mut session = tokio::task::block_in_place(|| Session::open(port, &ca, None, false));
     let get = json!([{"path": "/echo?before"}]);
     assert_eq!(tokio::task::block_in_place(|| session.requests(&get))[0]["status"], 200);
 
-    let flood = tokio::task::spawn_blocking(move || h3::flood(port, FLOOD));
+    let flood = tokio::task::spawn_blocking(move || h3::flood(port, FLOOD, addresses));
     // The established connection is answered while the flood arrives.
     let mut answered = 0;
     while !flood.is_finished() && answered < 50 {
+        let asked = std::time::Instant::now();
         let responses = tokio::task::block_in_place(|| session.requests(&json!([{"path": "/echo?during"}])));
         assert_eq!(responses[0]["status"], 200, "{responses:?}");
+        assert!(asked.elapsed() < ANSWERED_WITHIN, "answered after {:?} during the flood", asked.elapsed());
         answered += 1;
     }
     assert_eq!(flood.await.expect("the flood"), FLOOD);

@@ -227,13 +227,15 @@ impl Drop for Session {
 }
 
 /// Sends `count` QUIC Initial packets to `port`, each a new connection attempt from a source
-/// port of its own, never followed up (`flood.py`).
+/// port of its own (and with `addresses`, a 127.0.0.0/8 address of its own), never followed up
+/// (`flood.py`).
 #[allow(dead_code)]
-pub(crate) fn flood(port: u16, count: usize) -> usize {
+pub(crate) fn flood(port: u16, count: usize, addresses: bool) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(root.join("target/tools/pyenv/bin/python"))
         .arg(root.join("tests/h3/flood.py"))
         .args(["127.0.0.1", &port.to_string(), &count.to_string()])
+        .args(addresses.then_some("--addresses"))
         .output()
         .expect("the flood sender");
     assert!(out.status.success(), "flood.py: {}", String::from_utf8_lossy(&out.stderr));

@@ -61,7 +61,12 @@ struct Opened {
     shutdown: Shutdown,
 }
 
-async fn open(door: Arc<Door>, incoming: quinn::Incoming, handshaking: Handshaking, mut shutdown: Shutdown) -> Option<Opened> {
+async fn open(
+    door: Arc<Door>,
+    incoming: quinn::Incoming,
+    handshaking: Handshaking,
+    mut shutdown: Shutdown,
+) -> Option<Opened> {
     let shared = &door.shared;
     let config = &shared.config;
     let fe = &config.frontends[door.frontend];
@@ -164,6 +169,7 @@ async fn requests(door: Arc<Door>, opened: Opened) {
     let mut stop = shutdown.clone();
     let mut draining = false;
     let early_until = tokio::time::Instant::now() + timeout;
+    let mut counted = Counted::default();
     let mut moves = tokio::time::interval_at(tokio::time::Instant::now() + FOLLOW, FOLLOW);
     moves.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -173,6 +179,7 @@ async fn requests(door: Arc<Door>, opened: Opened) {
             _ = stop.stopped() => break,
             _ = moves.tick() => {
                 home.follow(&door, &conn, local_ip, stats);
+                counted.update(&conn, stats);
                 continue;
             }
             a = h3_conn.accept() => Some(a),
@@ -228,11 +235,29 @@ async fn requests(door: Arc<Door>, opened: Opened) {
             _ = stop.stopped() => {}
         }
     }
-    let counted = conn.stats();
-    stats.received_from_client(counted.udp_rx.bytes);
-    stats.sent_to_client(counted.udp_tx.bytes);
-    stats.quic(Quic::LostPackets, counted.path.lost_packets);
+    counted.update(&conn, stats);
     conn.close(0u32.into(), b"");
+}
+
+/// What of the connection's UDP bytes and lost packets the frontend's statistics already have:
+/// the rest goes in once a second and at the end, so that a long-lived connection's traffic
+/// shows while it lasts (HAProxy counts as bytes move).
+#[derive(Default)]
+struct Counted {
+    received: u64,
+    sent: u64,
+    lost: u64,
+}
+
+impl Counted {
+    fn update(&mut self, conn: &quinn::Connection, stats: &FrontendStats) {
+        let now = conn.stats();
+        stats.received_from_client(now.udp_rx.bytes.saturating_sub(self.received));
+        stats.sent_to_client(now.udp_tx.bytes.saturating_sub(self.sent));
+        // A new path (the client moved) counts its losses from zero.
+        stats.quic(Quic::LostPackets, now.path.lost_packets.saturating_sub(self.lost));
+        (self.received, self.sent, self.lost) = (now.udp_rx.bytes, now.udp_tx.bytes, now.path.lost_packets);
+    }
 }
 
 fn seen_now(seen: &tls::Chosen) -> std::sync::MutexGuard<'_, tls::Seen> {

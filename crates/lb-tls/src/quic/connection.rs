@@ -27,7 +27,7 @@ const LINGER: Duration = Duration::from_millis(250);
 
 /// The connection's task: its opening (handshake, hop, h3) is boxed and freed once done, so that
 /// the task an idle connection keeps is only the request loop's (the opening's futures, the
-/// `Incoming` among them, would otherwise size it: 14 KiB against 2; docs/benchmarks.md,
+/// `Incoming` among them, would otherwise size it: 14 KiB against 4.5; docs/benchmarks.md,
 /// "Memory per idle QUIC connection").
 pub(super) fn serve(
     door: Arc<Door>,
@@ -42,7 +42,7 @@ pub(super) fn serve(
             opening.await
         };
         if let Some(opened) = opened {
-            requests(door, opened).await;
+            serve_requests(door, opened).await;
         }
     }
 }
@@ -161,7 +161,7 @@ async fn open(
 }
 
 /// The connection's requests until it ends or the worker stops; GOAWAY at the drain.
-async fn requests(door: Arc<Door>, opened: Opened) {
+async fn serve_requests(door: Arc<Door>, opened: Opened) {
     let Opened { conn, mut h3_conn, hop, mut home, local_ip, mut early, mut shutdown } = opened;
     let stats = door.shared.stats.frontend(door.frontend);
     let timeout = door.shared.config.global.handshake_timeout;
@@ -254,8 +254,9 @@ impl Counted {
         let now = conn.stats();
         stats.received_from_client(now.udp_rx.bytes.saturating_sub(self.received));
         stats.sent_to_client(now.udp_tx.bytes.saturating_sub(self.sent));
-        // A new path (the client moved) counts its losses from zero.
-        stats.quic(Quic::LostPackets, now.path.lost_packets.saturating_sub(self.lost));
+        // A new path (the client moved) counts its losses from zero: all of its count is new.
+        let lost = now.path.lost_packets;
+        stats.quic(Quic::LostPackets, if lost >= self.lost { lost - self.lost } else { lost });
         (self.received, self.sent, self.lost) = (now.udp_rx.bytes, now.udp_tx.bytes, now.path.lost_packets);
     }
 }

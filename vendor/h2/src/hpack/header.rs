@@ -61,6 +61,25 @@ impl Header<Option<HeaderName>> {
 }
 
 impl Header {
+    /// The header with its bytes in allocations of their own, for the dynamic table (a change to h2 0.4.20 for lb):
+    /// a value sliced out of a connection's read buffer (hyper's, h2's) would keep that whole
+    /// buffer alive as long as the entry stays in the table, idle connections included.
+    pub fn detached(self) -> Header {
+        match self {
+            Header::Field { name, value } => {
+                let copied = HeaderValue::from_bytes(value.as_bytes()).map(|mut copied| {
+                    copied.set_sensitive(value.is_sensitive());
+                    copied
+                });
+                Header::Field { name, value: copied.unwrap_or(value) }
+            }
+            Header::Authority(v) => Header::Authority(BytesStr::from(v.as_str())),
+            Header::Scheme(v) => Header::Scheme(BytesStr::from(v.as_str())),
+            Header::Path(v) => Header::Path(BytesStr::from(v.as_str())),
+            other => other,
+        }
+    }
+
     pub fn new(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
         if name.is_empty() {
             return Err(DecoderError::NeedMore(NeedMore::UnexpectedEndOfStream));

@@ -339,7 +339,8 @@ impl Table {
 
         self.slots.push_front(Slot {
             hash,
-            header,
+            // Bytes of its own (a change to h2 0.4.20 for lb; `Header::detached`).
+            header: header.detached(),
             next: None,
         });
     }

@@ -425,8 +425,9 @@ where
         loop {
             tracing::trace!("poll");
             // The read buffer is given back when a read would block with nothing buffered,
-            // and taken again here at its usual size (a change to h2 0.4.20 for lb): an idle connection holds
-            // none. (tokio-util would grow an empty one from a few bytes, a read each.)
+            // and taken again here at its usual size (a change to h2 0.4.20 for lb): an idle
+            // connection holds none. (tokio-util would grow an empty one from a few bytes, a
+            // read each.)
             if self.inner.read_buffer().capacity() == 0 {
                 self.inner.read_buffer_mut().reserve(READ_BUFFER_CAPACITY);
             }

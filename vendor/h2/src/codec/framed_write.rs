@@ -93,8 +93,8 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                // Taken when a frame is buffered, given back once flushed (a change to h2 0.4.20 for lb):
-                // an idle connection holds no write buffer.
+                // Taken when a frame is buffered, given back once flushed (a change to h2
+                // 0.4.20 for lb): an idle connection holds no write buffer.
                 buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
@@ -229,7 +229,8 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
-        // The buffer given back after the last flush is taken again (a change to h2 0.4.20 for lb).
+        // The buffer given back after the last flush is taken again (a change to h2 0.4.20
+        // for lb).
         if self.buf.get_ref().capacity() == 0 {
             self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
         }
@@ -317,7 +318,8 @@ where
     }
 
     fn has_capacity(&self) -> bool {
-        // A buffer given back (capacity 0) is taken again by `buffer` (a change to h2 0.4.20 for lb).
+        // A buffer given back (capacity 0) is taken again by `buffer` (a change to h2 0.4.20
+        // for lb).
         self.next.is_none()
             && (self.buf.get_ref().capacity() == 0
                 || self.buf.get_ref().capacity() - self.buf.get_ref().len()

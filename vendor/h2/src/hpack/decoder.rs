@@ -542,7 +542,8 @@ impl Table {
         if self.size + len <= self.max_size {
             self.size += len;
 
-            // Track the entry, with bytes of its own (a change to h2 0.4.20 for lb; `Header::detached`).
+            // Track the entry, with bytes of its own (a change to h2 0.4.20 for lb;
+            // `Header::detached`).
             self.entries.push_front(entry.detached());
         }
     }

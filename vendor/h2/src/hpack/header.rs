@@ -61,9 +61,10 @@ impl Header<Option<HeaderName>> {
 }
 
 impl Header {
-    /// The header with its bytes in allocations of their own, for the dynamic table (a change to h2 0.4.20 for lb):
-    /// a value sliced out of a connection's read buffer (hyper's, h2's) would keep that whole
-    /// buffer alive as long as the entry stays in the table, idle connections included.
+    /// The header with its bytes in allocations of their own, for the dynamic table
+    /// (a change to h2 0.4.20 for lb): a value sliced out of a connection's read buffer
+    /// (hyper's, h2's) would keep that whole buffer alive as long as the entry stays in the
+    /// table, idle connections included.
     pub fn detached(self) -> Header {
         match self {
             Header::Field { name, value } => {

@@ -82,8 +82,8 @@ impl Deque {
         match self.indices {
             Some(mut idxs) => {
                 let mut slot = buf.slab.remove(idxs.head);
-                // Nothing left queued in any stream (a change to h2 0.4.20 for lb): the slab's room is given back,
-                // so that an idle connection holds none.
+                // Nothing left queued in any stream (a change to h2 0.4.20 for lb): the slab's
+                // room is given back, so that an idle connection holds none.
                 if buf.slab.is_empty() {
                     buf.slab = Slab::new();
                 }

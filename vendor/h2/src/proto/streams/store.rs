@@ -406,8 +406,8 @@ impl<'a> Ptr<'a> {
         // Remove the stream state
         let stream = self.store.slab.remove(self.key.index.0 as usize);
         assert_eq!(stream.id, self.key.stream_id);
-        // No stream left (a change to h2 0.4.20 for lb): the slab's room for past streams is given back, so that an
-        // idle connection holds none; the next stream takes it again.
+        // No stream left (a change to h2 0.4.20 for lb): the slab's room for past streams is
+        // given back, so that an idle connection holds none; the next stream takes it again.
         if self.store.slab.is_empty() {
             self.store.slab = slab::Slab::new();
         }

@@ -64,15 +64,7 @@ async fn a_client_that_refuses_our_certificate_is_counted_by_reason() {
     // No certificate names nowhere.example.test: the default one is sent and the client refuses it.
     let error = tokio::task::block_in_place(|| h3::refused(port, "nowhere.example.test", &ca));
     assert!(error.contains("hostname") || error.contains("certificate"), "{error}");
-    let mut failed = json!(0);
-    for _ in 0..50 {
-        failed = stack.stat("hs_fail_certificate");
-        if failed == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(failed, 1, "the client's bad_certificate alert");
+    assert_eq!(stack.stat_becomes("hs_fail_certificate", json!(1)).await, 1, "the client's bad_certificate alert");
     assert_eq!(stack.stat("ssl_failed_handshake"), 1);
     let sample = format!(
         "lb_tls_frontend_failed_handshakes_total{{frontend=\"udp:127.0.0.1:{port}\",reason=\"certificate\"}} 1"
@@ -97,15 +89,11 @@ async fn crypto_data_past_the_buffer_or_the_message_limit_closes_that_connection
 
     let responses = tokio::task::block_in_place(|| session.requests(&json!([{"path": "/echo?after"}])));
     assert_eq!(responses[0]["status"], 200, "{responses:?}");
-    let mut failed = json!(0);
-    for _ in 0..50 {
-        failed = stack.stat("ssl_failed_handshake");
-        if failed == 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(failed, 2, "both hostile handshakes counted as failed");
+    assert_eq!(
+        stack.stat_becomes("ssl_failed_handshake", json!(2)).await,
+        2,
+        "both hostile handshakes counted as failed"
+    );
     assert_eq!(stack.stat("scur"), 1, "only the real client's connection is open");
     assert_eq!(h3::connected_udp_peers(port).len(), 1, "{:?}", h3::connected_udp_peers(port));
     assert!(tokio::task::block_in_place(|| session.close()));

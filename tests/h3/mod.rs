@@ -46,6 +46,21 @@ impl Stack {
         row[column].clone()
     }
 
+    /// The UDP frontend's `show stat` column once it is `want` (counts of a connection that just
+    /// ended land a moment later), or what it is after a second.
+    #[allow(dead_code)]
+    pub(crate) async fn stat_becomes(&self, column: &str, want: Value) -> Value {
+        let mut now = self.stat(column);
+        for _ in 0..50 {
+            if now == want {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            now = self.stat(column);
+        }
+        now
+    }
+
     /// lb-tls's `show info`, `Name: value` lines.
     #[allow(dead_code)]
     pub(crate) fn info(&self) -> String {

@@ -46,6 +46,21 @@ impl Stack {
         row[column].clone()
     }
 
+    /// The UDP frontend's `show stat` column once it is `want` (counts of a connection that just
+    /// ended land a moment later), or what it is after a second.
+    #[allow(dead_code)]
+    pub(crate) async fn stat_becomes(&self, column: &str, want: Value) -> Value {
+        let mut now = self.stat(column);
+        for _ in 0..50 {
+            if now == want {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            now = self.stat(column);
+        }
+        now
+    }
+
     /// lb-tls's `show info`, `Name: value` lines.
     #[allow(dead_code)]
     pub(crate) fn info(&self) -> String {
@@ -227,17 +242,33 @@ impl Drop for Session {
 }
 
 /// Sends `count` QUIC Initial packets to `port`, each a new connection attempt from a source
-/// port of its own, never followed up (`flood.py`).
+/// port of its own (and with `addresses`, a 127.0.0.0/8 address of its own), never followed up
+/// (`flood.py`).
 #[allow(dead_code)]
-pub(crate) fn flood(port: u16, count: usize) -> usize {
+pub(crate) fn flood(port: u16, count: usize, addresses: bool) -> usize {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(root.join("target/tools/pyenv/bin/python"))
         .arg(root.join("tests/h3/flood.py"))
         .args(["127.0.0.1", &port.to_string(), &count.to_string()])
+        .args(addresses.then_some("--addresses"))
         .output()
         .expect("the flood sender");
     assert!(out.status.success(), "flood.py: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().parse().expect("a count")
+}
+
+/// What lb-tls answers to one hand-built Initial packet with hostile CRYPTO data (`crypto.py`,
+/// MODE `gap` or `oversized`): `closed`, `error_code`, `reason`.
+#[allow(dead_code)]
+pub(crate) fn hostile_crypto(port: u16, mode: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(root.join("target/tools/pyenv/bin/python"))
+        .arg(root.join("tests/h3/crypto.py"))
+        .args(["127.0.0.1", &port.to_string(), mode])
+        .output()
+        .expect("the CRYPTO sender");
+    assert!(out.status.success(), "crypto.py: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The peer ports of this host's UDP sockets bound to `port` and connected (IPv4): lb-tls's

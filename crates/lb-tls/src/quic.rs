@@ -64,6 +64,10 @@ fn server_config(tls: &QuicTls, seen: tls::Chosen, max_streams: u32) -> Result<q
     Ok(server)
 }
 
+/// The most out-of-order CRYPTO data a connection holds (HAProxy's buffer size, `tune.bufsize`;
+/// a ClientHello, even with post-quantum key shares, is under 4 KiB).
+const CRYPTO_BUFFER: usize = 16 * 1024;
+
 /// The transport settings of connections with `max_streams`, built once per value (one per
 /// frontend, in practice) rather than per handshake.
 fn transport(max_streams: u32) -> Arc<quinn::TransportConfig> {
@@ -73,6 +77,12 @@ fn transport(max_streams: u32) -> Arc<quinn::TransportConfig> {
         return transport.clone();
     }
     let mut transport = quinn::TransportConfig::default();
+    // CRYPTO data a client sends out of order is held until the gap before it fills: past
+    // this much ahead of what the TLS library has read, the connection is closed with
+    // CRYPTO_BUFFER_EXCEEDED (RFC 9000 §7.5). In-order data goes to rustls at once, which
+    // refuses a handshake message over 64 KiB. Set here rather than left to quinn's default
+    // (the same 16 KiB today) so that the bound is ours (docs/config-lb-tls.md, `quic`).
+    transport.crypto_buffer_size(CRYPTO_BUFFER);
     transport.max_concurrent_bidi_streams(max_streams.into());
     // Clients open three unidirectional streams (control, QPACK encoder and decoder).
     transport.max_concurrent_uni_streams(3u32.into());

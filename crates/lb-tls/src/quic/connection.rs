@@ -25,16 +25,52 @@ const FOLLOW: Duration = Duration::from_secs(1);
 /// round trips when longer).
 const LINGER: Duration = Duration::from_millis(250);
 
-pub(super) async fn serve(
+/// The connection's task: its opening (handshake, hop, h3) is boxed and freed once done, so that
+/// the task an idle connection keeps is only the request loop's (the opening's futures, the
+/// `Incoming` among them, would otherwise size it: 14 KiB against 4.5; docs/benchmarks.md,
+/// "Memory per idle QUIC connection").
+pub(super) fn serve(
+    door: Arc<Door>,
+    incoming: quinn::Incoming,
+    handshaking: Handshaking,
+    shutdown: Shutdown,
+) -> impl std::future::Future<Output = ()> + Send {
+    let opening = Box::pin(open(door.clone(), incoming, handshaking, shutdown));
+    async move {
+        let opened = {
+            let opening = opening;
+            opening.await
+        };
+        if let Some(opened) = opened {
+            serve_requests(door, opened).await;
+        }
+    }
+}
+
+/// An established connection, its hop and its h3 connection, ready for requests.
+struct Opened {
+    conn: quinn::Connection,
+    /// Boxed: large, and moved from `open` to `requests` (each move would otherwise leave a
+    /// copy's room in the task).
+    h3_conn: Box<h3::server::Connection<h3_quinn::Connection, Bytes>>,
+    hop: hop::Hop,
+    home: Home,
+    local_ip: Option<IpAddr>,
+    /// Until the handshake ends, when requests came in early data.
+    early: Option<quinn::ZeroRttAccepted>,
+    shutdown: Shutdown,
+}
+
+async fn open(
     door: Arc<Door>,
     incoming: quinn::Incoming,
     handshaking: Handshaking,
     mut shutdown: Shutdown,
-) {
+) -> Option<Opened> {
     let shared = &door.shared;
     let config = &shared.config;
     let fe = &config.frontends[door.frontend];
-    let Some(quic) = fe.quic.as_ref() else { return };
+    let quic = fe.quic.as_ref()?;
     let stats = shared.stats.frontend(door.frontend);
     let started = Instant::now();
     let peer = incoming.remote_address();
@@ -43,7 +79,10 @@ pub(super) async fn serve(
     let seen = tls::Chosen::default();
     let server = match server_config(quic, seen.clone(), fe.quic_settings.max_streams) {
         Ok(server) => server,
-        Err(e) => return tracing::warn!("QUIC configuration refused: {e}"),
+        Err(e) => {
+            tracing::warn!("QUIC configuration refused: {e}");
+            return None;
+        }
     };
     let timeout = config.global.handshake_timeout;
     let zero_rtt = fe.quic_settings.zero_rtt;
@@ -60,7 +99,7 @@ pub(super) async fn serve(
         connecting.await.map(|conn| (conn, None))
     };
     let (result, early_home) = handshake_until(handshake, timeout, &door, (peer, local_ip), &mut shutdown).await;
-    let (conn, mut early) = match result {
+    let (conn, early) = match result {
         Some(Ok(conn)) => conn,
         Some(Err(e)) => {
             let sni_refused = seen_now(&seen).sni_refused;
@@ -68,19 +107,19 @@ pub(super) async fn serve(
             shared
                 .handshake_log
                 .warn("handshake failures", || format!("QUIC handshake failed: client {peer} on {}: {e}", fe.bind));
-            return;
+            return None;
         }
         None => {
             stats.failed(Failure::Timeout);
             shared.handshake_log.warn("handshake failures", || {
                 format!("QUIC handshake failed: client {peer} on {}: no handshake within {timeout:?}", fe.bind)
             });
-            return;
+            return None;
         }
     };
     drop(handshaking);
     let owned = early_home.unwrap_or_else(|| door.adopt(conn.remote_address(), local_ip));
-    let mut home = Home { address: conn.remote_address(), owned };
+    let home = Home { address: conn.remote_address(), owned };
     let (cipher, resumed) = {
         let seen = seen_now(&seen);
         if seen.early_accepted {
@@ -111,17 +150,26 @@ pub(super) async fn serve(
                 )
             });
             conn.close(h3::error::Code::H3_INTERNAL_ERROR.value().try_into().unwrap_or(0u32.into()), b"");
-            return;
+            return None;
         }
     };
     let h3_conn = h3_quinn::Connection::new(conn.clone());
     // No grease (reserved frame types before a stream's end): aioquic 1.2, a client in use,
     // then never sees the end of the response.
-    let Ok(mut h3_conn) = h3::server::builder().send_grease(false).build::<_, Bytes>(h3_conn).await else { return };
+    let h3_conn = Box::new(h3::server::builder().send_grease(false).build::<_, Bytes>(h3_conn).await.ok()?);
+    Some(Opened { conn, h3_conn, hop, home, local_ip, early, shutdown })
+}
+
+/// The connection's requests until it ends or the worker stops; GOAWAY at the drain.
+async fn serve_requests(door: Arc<Door>, opened: Opened) {
+    let Opened { conn, mut h3_conn, hop, mut home, local_ip, mut early, mut shutdown } = opened;
+    let stats = door.shared.stats.frontend(door.frontend);
+    let timeout = door.shared.config.global.handshake_timeout;
     let requests = TaskTracker::new();
     let mut stop = shutdown.clone();
     let mut draining = false;
     let early_until = tokio::time::Instant::now() + timeout;
+    let mut counted = Counted::default();
     let mut moves = tokio::time::interval_at(tokio::time::Instant::now() + FOLLOW, FOLLOW);
     moves.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -131,6 +179,7 @@ pub(super) async fn serve(
             _ = stop.stopped() => break,
             _ = moves.tick() => {
                 home.follow(&door, &conn, local_ip, stats);
+                counted.update(&conn, stats);
                 continue;
             }
             a = h3_conn.accept() => Some(a),
@@ -186,11 +235,30 @@ pub(super) async fn serve(
             _ = stop.stopped() => {}
         }
     }
-    let counted = conn.stats();
-    stats.received_from_client(counted.udp_rx.bytes);
-    stats.sent_to_client(counted.udp_tx.bytes);
-    stats.quic(Quic::LostPackets, counted.path.lost_packets);
+    counted.update(&conn, stats);
     conn.close(0u32.into(), b"");
+}
+
+/// What of the connection's UDP bytes and lost packets the frontend's statistics already have:
+/// the rest goes in once a second and at the end, so that a long-lived connection's traffic
+/// shows while it lasts (HAProxy counts as bytes move).
+#[derive(Default)]
+struct Counted {
+    received: u64,
+    sent: u64,
+    lost: u64,
+}
+
+impl Counted {
+    fn update(&mut self, conn: &quinn::Connection, stats: &FrontendStats) {
+        let now = conn.stats();
+        stats.received_from_client(now.udp_rx.bytes.saturating_sub(self.received));
+        stats.sent_to_client(now.udp_tx.bytes.saturating_sub(self.sent));
+        // A new path (the client moved) counts its losses from zero: all of its count is new.
+        let lost = now.path.lost_packets;
+        stats.quic(Quic::LostPackets, if lost >= self.lost { lost - self.lost } else { lost });
+        (self.received, self.sent, self.lost) = (now.udp_rx.bytes, now.udp_tx.bytes, now.path.lost_packets);
+    }
 }
 
 fn seen_now(seen: &tls::Chosen) -> std::sync::MutexGuard<'_, tls::Seen> {

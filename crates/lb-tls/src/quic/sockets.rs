@@ -119,23 +119,32 @@ impl Sockets {
         let own = socket.clone();
         let reader = tokio::spawn(async move {
             // Datagrams are read straight into shared blocks, handed on without another copy
-            // until quinn's own buffer.
-            let mut block = BytesMut::new();
+            // until quinn's own buffer. A block is taken once the socket is readable and let
+            // go once it has nothing more: an idle connection holds none.
             loop {
-                block.reserve(MAX_DATAGRAM);
-                // Each with its real source, not `peer`: between bind() and connect() the socket
-                // is as unconnected as the shared one, and the kernel may queue there any
-                // client's datagram (another client's Initial, say), still read after connect().
-                // Told it came from `peer`, quinn would answer that client's handshake at the
-                // wrong address and drop its packets from the right one until it times out.
-                // Errors are the ICMP ones a connected socket reports (port unreachable): the
-                // connection's own timers deal with a client gone.
-                if let Ok((_, from)) = socket.recv_buf_from(&mut block).await {
-                    if inbox.send((from, block.split().freeze())).await.is_err() {
-                        return;
+                if socket.readable().await.is_err() {
+                    return;
+                }
+                let mut block = BytesMut::new();
+                loop {
+                    block.reserve(MAX_DATAGRAM);
+                    // Each with its real source, not `peer`: between bind() and connect() the
+                    // socket is as unconnected as the shared one, and the kernel may queue there
+                    // any client's datagram (another client's Initial, say), still read after
+                    // connect(). Told it came from `peer`, quinn would answer that client's
+                    // handshake at the wrong address and drop its packets from the right one
+                    // until it times out. Errors other than "nothing more" are the ICMP ones a
+                    // connected socket reports (port unreachable): the connection's own timers
+                    // deal with a client gone.
+                    match socket.try_recv_buf_from(&mut block) {
+                        Ok((_, from)) => {
+                            if inbox.send((from, block.split().freeze())).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => block.clear(),
                     }
-                } else {
-                    block.clear();
                 }
             }
         });

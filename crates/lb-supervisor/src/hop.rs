@@ -45,6 +45,11 @@ pub enum HopError {
     Frame(#[from] FrameError),
     #[error("the peer does not speak the hop protocol (it began with \"{0}\")")]
     NotAHop(String),
+    #[error(
+        "the peer closed the connection before the hop's preface (not an accept_proxy bind of an lb-proxy that \
+         takes the multiplexed hop?)"
+    )]
+    NoPreface,
     #[error("{0} frame from the wrong side")]
     WrongSide(&'static str),
     #[error("frame for stream {0}, which was never opened")]

@@ -191,6 +191,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
 
     /// The peer closed its side: a clean end only between frames and with no stream open.
     fn at_end(&mut self) -> Result<(), HopError> {
+        if self.preface_due {
+            return Err(HopError::NoPreface);
+        }
         if self.filled > self.start {
             return Err(HopError::Truncated(self.filled - self.start));
         }

@@ -369,3 +369,14 @@ fn the_fuzz_entry_takes_frames_up_to_the_first_error() {
         let _ = fuzz_frames(&std::fs::read(seed.expect("hop test step").path()).expect("hop test step"));
     }
 }
+
+#[tokio::test]
+async fn a_peer_that_closes_without_the_preface_is_named() {
+    let (a, mut b) = UnixStream::pair().expect("socketpair");
+    let (client, driver) = connect(a);
+    let driver = tokio::spawn(driver);
+    let _stream = client.open(b"").expect("a stream");
+    b.shutdown().await.expect("shutdown");
+    let err = within("driver", driver).await.expect("driver task").expect_err("an error");
+    assert!(matches!(err, HopError::NoPreface), "{err}");
+}

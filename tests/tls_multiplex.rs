@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lb_testkit::certs::TestCerts;
 use lb_testkit::lbctl::Role;
 use lb_testkit::sclient::curl;
-use lb_testkit::{wait_until, ProxyProcess, TestServer, TlsChain, TlsProcess};
+use lb_testkit::{single_backend, wait_until, ProxyProcess, TestServer, TlsChain, TlsProcess};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -27,24 +27,8 @@ struct Chain {
 fn chain(alpn: &str) -> Chain {
     let certs = TestCerts::new();
     let server = TestServer::start("s1");
-    let addr = server.addr();
-    let proxy = ProxyProcess::start_with(1, move |ports| {
-        format!(
-            r#"global:
-  log: {{ format: json }}
-defaults:
-  timeouts: {{ connect: 1s, client: 5s, server: 5s, http_request: 2s }}
-frontends:
-  - name: fe
-    bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
-    default_backend: be
-backends:
-  - name: be
-    servers: [ {{ name: s1, address: "{addr}" }} ]
-"#,
-            p = ports[0]
-        )
-    });
+    let head = "global:\n  log: { format: json }\ndefaults:\n  timeouts: { connect: 1s, client: 5s, server: 5s, http_request: 2s }\n";
+    let proxy = ProxyProcess::start_with(1, single_backend(head, "accept_proxy: true", ("s1", server.addr())));
     let api = certs.server("api", &["api.example.test"]).display().to_string();
     let hop = proxy.addr();
     let alpn = alpn.to_owned();
@@ -227,8 +211,14 @@ async fn a_hundred_concurrent_clients_share_the_hop_connections() {
     assert!((1..=threads).contains(&most), "{most} hop connections for 100 clients ({threads} lb-tls threads)");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lb_proxy_reloaded_under_load_fails_nothing_and_its_old_workers_go() {
+#[derive(Debug, Clone, Copy)]
+enum Reloaded {
+    Proxy,
+    Tls,
+}
+
+/// ab through a multiplexing chain while `which` reloads every 300 ms: no request fails.
+async fn reloaded_under_load(which: Reloaded) -> (TestServer, TlsChain) {
     let server = TestServer::start("s1");
     let chain = TlsChain::start_multiplexed(server.addr(), "[ http/1.1 ]");
     let url = format!("https://127.0.0.1:{}/", chain.tls.addr().port());
@@ -237,11 +227,21 @@ async fn lb_proxy_reloaded_under_load_fails_nothing_and_its_old_workers_go() {
     let started = Instant::now();
     while !run.is_finished() && started.elapsed() < Duration::from_secs(120) {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        chain.proxy.reload().await.unwrap_or_else(|e| panic!("reload {reloads}: {e}"));
+        let done = match which {
+            Reloaded::Proxy => chain.proxy.reload().await,
+            Reloaded::Tls => chain.tls.reload().await,
+        };
+        done.unwrap_or_else(|e| panic!("{which:?} reload {reloads}: {e}"));
         reloads += 1;
     }
     assert_ab_clean(&run.join().expect("ab"), 4000);
     assert!(reloads >= 3, "only {reloads} reloads during the run");
+    (server, chain)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lb_proxy_reloaded_under_load_fails_nothing_and_its_old_workers_go() {
+    let (_server, chain) = reloaded_under_load(Reloaded::Proxy).await;
     // Each old worker sent GOAWAY: lb-tls closed its hop connections once their streams ended,
     // so the old workers finish their drain.
     let deadline = Instant::now() + WAIT;
@@ -251,25 +251,14 @@ async fn lb_proxy_reloaded_under_load_fails_nothing_and_its_old_workers_go() {
         table = chain.proxy.show_proc().await;
     }
     assert!(table.workers.iter().all(|w| w.role == Role::Current), "old lb-proxy workers still running: {table:?}");
+    let url = format!("https://127.0.0.1:{}/", chain.tls.addr().port());
     let r = Command::new("curl").args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", &url]).output().expect("curl");
     assert_eq!(String::from_utf8_lossy(&r.stdout), "200", "served after the reloads");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lb_tls_reloaded_under_load_fails_nothing() {
-    let server = TestServer::start("s1");
-    let chain = TlsChain::start_multiplexed(server.addr(), "[ http/1.1 ]");
-    let url = format!("https://127.0.0.1:{}/", chain.tls.addr().port());
-    let run = ab(&url, 20, 4000);
-    let mut reloads = 0;
-    let started = Instant::now();
-    while !run.is_finished() && started.elapsed() < Duration::from_secs(120) {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        chain.tls.reload().await.unwrap_or_else(|e| panic!("reload {reloads}: {e}"));
-        reloads += 1;
-    }
-    assert_ab_clean(&run.join().expect("ab"), 4000);
-    assert!(reloads >= 3, "only {reloads} reloads during the run");
+    let (_server, chain) = reloaded_under_load(Reloaded::Tls).await;
     // The old lb-tls workers closed their hop connections: one or two remain, the current's.
     let settled = wait_until(WAIT, || established_to(chain.proxy.addr()) <= 2).await;
     assert!(settled, "{} hop connections left", established_to(chain.proxy.addr()));

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{encode_data, Frame, MAX_DATA};
-use super::state::{Conn, WINDOW_UPDATE_AT};
+use super::state::{Conn, Inner, Slot, WINDOW_UPDATE_AT};
 
 /// A stream of a hop connection: a client connection's bytes each way.
 ///
@@ -38,15 +38,10 @@ impl HopStream {
     fn write_from(&self, cx: &mut Context<'_>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let mut inner = self.conn.lock();
-        if let Some(e) = inner.ended_error() {
-            return Poll::Ready(Err(e));
-        }
-        let Some(slot) = inner.streams.get_mut(&self.id) else {
-            return Poll::Ready(Err(HopStream::gone()));
+        let slot = match writable(&mut inner, self.id) {
+            Ok(slot) => slot,
+            Err(e) => return Poll::Ready(Err(e)),
         };
-        if slot.reset {
-            return Poll::Ready(Err(HopStream::gone()));
-        }
         if slot.sent_shut {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "hop stream shut for writing")));
         }
@@ -129,20 +124,26 @@ impl AsyncWrite for HopStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut inner = self.conn.lock();
-        if let Some(e) = inner.ended_error() {
-            return Poll::Ready(Err(e));
-        }
-        let Some(slot) = inner.streams.get_mut(&self.id) else {
-            return Poll::Ready(Err(HopStream::gone()));
+        let slot = match writable(&mut inner, self.id) {
+            Ok(slot) => slot,
+            Err(e) => return Poll::Ready(Err(e)),
         };
-        if slot.reset {
-            return Poll::Ready(Err(HopStream::gone()));
-        }
         if !slot.sent_shut {
             slot.sent_shut = true;
             inner.send(Frame::Shut { stream: self.id });
         }
         Poll::Ready(Ok(()))
+    }
+}
+
+/// The stream's state, while the connection lives and the peer has not reset it.
+fn writable(inner: &mut Inner, id: u32) -> io::Result<&mut Slot> {
+    if let Some(e) = inner.ended_error() {
+        return Err(e);
+    }
+    match inner.streams.get_mut(&id) {
+        Some(slot) if !slot.reset => Ok(slot),
+        _ => Err(HopStream::gone()),
     }
 }
 

@@ -5,7 +5,7 @@
 //! Both ends write [`PREFACE`] first, then frames ([`Frame`]): OPEN (a new stream, with the
 //! PROXY v2 header lb-tls would have written on a connection of its own), DATA, SHUT (no more
 //! data this way: half-close), RESET (abandon the stream), WINDOW (credit) and GOAWAY (from the
-//! accepting side: no new streams here). Each end may send at most 64 KiB on a stream before
+//! accepting side: no new streams here). Each end may send at most 256 KiB on a stream before
 //! the reader gives credit back, so a stream whose reader is slow stops only its own writer.
 //!
 //! [`connect`] makes the connecting side ([`HopClient`], which opens streams) and [`accept`] the

@@ -74,4 +74,6 @@ pub(super) async fn serve(
         let serving = serve_connection(admission, ClientStream::Hop(stream), facts, shutdown.clone());
         tracker.spawn(Box::pin(serving));
     }
+    // No more streams accepted here (the limits were closed): lb-tls must open them elsewhere.
+    incoming.go_away();
 }

@@ -7,8 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{Frame, HEADER_LEN, MAX_PAYLOAD, PREFACE};
 use super::state::{Conn, Side};
@@ -37,9 +36,10 @@ pub struct Driver<IO> {
     /// Frames taken from the shared queue, being written.
     sending: Vec<u8>,
     sent: usize,
-    /// Bytes read and not yet decoded. DATA payloads leave it as slices, not copies: a stream's
-    /// reader copies them once, into its own buffer.
-    read: BytesMut,
+    read: Box<[u8]>,
+    /// The bytes of `read` not yet decoded.
+    start: usize,
+    filled: usize,
     /// The peer's preface is still to be read.
     preface_due: bool,
     /// Our write side is shut (connecting side, once idle).
@@ -48,7 +48,18 @@ pub struct Driver<IO> {
 
 impl<IO> Driver<IO> {
     pub(crate) fn new(conn: Arc<Conn>, io: IO, side: Side, preface_due: bool) -> Driver<IO> {
-        Driver { conn, io, side, sending: Vec::new(), sent: 0, read: BytesMut::new(), preface_due, shut: false }
+        Driver {
+            conn,
+            io,
+            side,
+            sending: Vec::new(),
+            sent: 0,
+            read: vec![0; READ_BUF].into_boxed_slice(),
+            start: 0,
+            filled: 0,
+            preface_due,
+            shut: false,
+        }
     }
 }
 
@@ -133,38 +144,47 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     /// One read, its frames handed to the streams: `Ok(true)` when bytes came, `Ok(false)` at
     /// the peer's end of stream.
     fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, HopError>> {
-        // Room for the largest frame; a buffer whose payloads streams still hold is left to
-        // them and a new one taken.
-        self.read.reserve(READ_BUF.saturating_sub(self.read.len()));
-        match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Err(e)) => Poll::Ready(Err(HopError::Io(e))),
-            Poll::Ready(Ok(0)) => Poll::Ready(self.at_end().map(|()| false)),
-            Poll::Ready(Ok(_)) => Poll::Ready(self.decode().map(|()| true)),
+        if self.filled == self.read.len() && self.start > 0 {
+            self.read.copy_within(self.start..self.filled, 0);
+            self.filled -= self.start;
+            self.start = 0;
         }
+        let mut buf = ReadBuf::new(&mut self.read[self.filled..]);
+        match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(HopError::Io(e))),
+            Poll::Ready(Ok(())) => {}
+        }
+        let n = buf.filled().len();
+        if n == 0 {
+            return Poll::Ready(self.at_end().map(|()| false));
+        }
+        self.filled += n;
+        Poll::Ready(self.decode().map(|()| true))
     }
 
     fn decode(&mut self) -> Result<(), HopError> {
         if self.preface_due {
-            let Some(first) = self.read.get(..PREFACE.len()) else {
+            let Some(first) = self.read.get(self.start..self.start + PREFACE.len()) else {
                 return Ok(());
             };
+            if self.filled - self.start < PREFACE.len() {
+                return Ok(());
+            }
             if first != PREFACE {
                 return Err(HopError::NotAHop(String::from_utf8_lossy(first).escape_debug().to_string()));
             }
-            self.read.advance(PREFACE.len());
+            self.start += PREFACE.len();
             self.preface_due = false;
         }
         let mut inner = self.conn.lock();
-        while let Some((frame, used)) = Frame::decode(&self.read)? {
-            if let Frame::Data { stream, .. } = frame {
-                let mut payload = self.read.split_to(used);
-                payload.advance(HEADER_LEN);
-                inner.receive_data(stream, payload.freeze())?;
-            } else {
-                inner.receive(frame)?;
-                self.read.advance(used);
-            }
+        while let Some((frame, used)) = Frame::decode(&self.read[self.start..self.filled])? {
+            inner.receive(frame)?;
+            self.start += used;
+        }
+        if self.start == self.filled {
+            self.start = 0;
+            self.filled = 0;
         }
         Ok(())
     }
@@ -174,8 +194,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         if self.preface_due {
             return Err(HopError::NoPreface);
         }
-        if !self.read.is_empty() {
-            return Err(HopError::Truncated(self.read.len()));
+        if self.filled > self.start {
+            return Err(HopError::Truncated(self.filled - self.start));
         }
         let inner = self.conn.lock();
         match inner.streams.len() {

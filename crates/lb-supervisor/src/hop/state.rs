@@ -2,8 +2,6 @@
 //! stream's buffers and credits, the frames waiting to be written, the wakers.
 
 use std::collections::{HashMap, VecDeque};
-
-use bytes::Bytes;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -89,11 +87,9 @@ pub(crate) struct Inner {
 /// One stream's state.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    /// Received DATA payloads not yet read, each a slice of the driver's read buffer (no
-    /// allocation while none wait).
-    pub(crate) recv: VecDeque<Bytes>,
-    /// Their bytes.
-    pub(crate) recv_len: usize,
+    /// Received bytes not yet read (no allocation while none wait).
+    pub(crate) recv: Vec<u8>,
+    pub(crate) recv_at: usize,
     /// What the peer may still send.
     pub(crate) recv_window: u32,
     /// Read since credit was last given back.
@@ -113,8 +109,8 @@ pub(crate) struct Slot {
 impl Slot {
     pub(crate) fn new() -> Slot {
         Slot {
-            recv: VecDeque::new(),
-            recv_len: 0,
+            recv: Vec::new(),
+            recv_at: 0,
             recv_window: INITIAL_WINDOW,
             unacked: 0,
             recv_shut: false,
@@ -128,7 +124,7 @@ impl Slot {
     }
 
     pub(crate) fn unread(&self) -> usize {
-        self.recv_len
+        self.recv.len() - self.recv_at
     }
 
     fn wake(&mut self) {
@@ -178,7 +174,33 @@ impl Inner {
     pub(crate) fn receive(&mut self, frame: Frame<'_>) -> Result<(), HopError> {
         match frame {
             Frame::Open { stream, header } => self.open_from_peer(stream, header),
-            Frame::Data { stream, bytes } => self.receive_data(stream, Bytes::copy_from_slice(bytes)),
+            Frame::Data { stream, bytes } => {
+                let Some(slot) = self.known(stream)? else {
+                    return Ok(());
+                };
+                if slot.recv_shut {
+                    return Err(HopError::DataAfterShut(stream));
+                }
+                if bytes.len() > slot.recv_window as usize {
+                    return Err(HopError::FlowControl { stream, len: bytes.len(), window: slot.recv_window });
+                }
+                slot.recv_window -= bytes.len() as u32;
+                if slot.orphan {
+                    // Nobody reads it any more: as a closed socket answers late data.
+                    self.streams.remove(&stream);
+                    self.send(Frame::Reset { stream });
+                    return Ok(());
+                }
+                if slot.recv_at == slot.recv.len() {
+                    slot.recv.clear();
+                    slot.recv_at = 0;
+                }
+                slot.recv.extend_from_slice(bytes);
+                if let Some(w) = slot.reader.take() {
+                    w.wake();
+                }
+                Ok(())
+            }
             Frame::Shut { stream } => {
                 let Some(slot) = self.known(stream)? else {
                     return Ok(());
@@ -233,32 +255,6 @@ impl Inner {
         }
     }
 
-    /// A DATA frame's payload, `bytes` (a slice of the driver's read buffer: not copied).
-    pub(crate) fn receive_data(&mut self, stream: u32, bytes: Bytes) -> Result<(), HopError> {
-        let Some(slot) = self.known(stream)? else {
-            return Ok(());
-        };
-        if slot.recv_shut {
-            return Err(HopError::DataAfterShut(stream));
-        }
-        if bytes.len() > slot.recv_window as usize {
-            return Err(HopError::FlowControl { stream, len: bytes.len(), window: slot.recv_window });
-        }
-        slot.recv_window -= bytes.len() as u32;
-        if slot.orphan {
-            // Nobody reads it any more: as a closed socket answers late data.
-            self.streams.remove(&stream);
-            self.send(Frame::Reset { stream });
-            return Ok(());
-        }
-        slot.recv_len += bytes.len();
-        slot.recv.push_back(bytes);
-        if let Some(w) = slot.reader.take() {
-            w.wake();
-        }
-        Ok(())
-    }
-
     /// The stream a frame is for: `None` for one that has ended here (the frame crossed our
     /// RESET or close); an error for one never opened.
     fn known(&mut self, stream: u32) -> Result<Option<&mut Slot>, HopError> {
@@ -310,8 +306,7 @@ impl Inner {
         let shut = !slot.sent_shut;
         slot.sent_shut = true;
         slot.orphan = true;
-        slot.recv = VecDeque::new();
-        slot.recv_len = 0;
+        slot.recv = Vec::new();
         slot.reader = None;
         slot.writer = None;
         if slot.recv_shut {

@@ -6,7 +6,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Buf;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{encode_data, Frame, MAX_DATA};
@@ -69,20 +68,13 @@ impl AsyncRead for HopStream {
             return Poll::Ready(Err(ended.unwrap_or_else(HopStream::gone)));
         };
         if slot.unread() > 0 {
-            let mut n = 0;
-            while let Some(front) = slot.recv.front_mut().filter(|_| buf.remaining() > 0) {
-                let take = front.len().min(buf.remaining());
-                buf.put_slice(&front[..take]);
-                front.advance(take);
-                if front.is_empty() {
-                    slot.recv.pop_front();
-                }
-                n += take;
-            }
-            slot.recv_len -= n;
-            if slot.recv.is_empty() {
-                // An idle stream holds no buffer (and pins none of the driver's).
-                slot.recv = std::collections::VecDeque::new();
+            let n = slot.unread().min(buf.remaining());
+            buf.put_slice(&slot.recv[slot.recv_at..slot.recv_at + n]);
+            slot.recv_at += n;
+            if slot.recv_at == slot.recv.len() {
+                // An idle stream holds no buffer.
+                slot.recv = Vec::new();
+                slot.recv_at = 0;
             }
             slot.unacked += n as u32;
             if slot.unacked >= WINDOW_UPDATE_AT && !slot.recv_shut {

@@ -1,6 +1,8 @@
 //! PROXY protocol v1 and v2 on `accept_proxy` binds: the header's source is the client (in
 //! X-Forwarded-For and the log), its SSL TLV means https, a missing or malformed header closes
-//! the connection without a response, and the bytes after the header are all delivered.
+//! the connection without a response, and the bytes after the header are all delivered. The
+//! same bind takes lb-tls's multiplexed hop: each stream a connection, its facts from the PROXY
+//! header its OPEN carries.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -212,4 +214,60 @@ async fn frontend_level_accept_proxy_applies_to_every_bind() {
     conn.send(REQUEST).await.expect("send");
     let (bytes, ending) = conn.read_until_closed(Duration::from_secs(10)).await;
     assert!(bytes.is_empty() && ending != Ending::Open, "no header: closed without response ({ending:?})");
+}
+
+/// A hop stream's whole answer to a request that closes its connection.
+async fn ask_on_hop(client: &lb_supervisor::hop::HopClient, header: &[u8]) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = client.open(header).expect("a stream on the hop");
+    stream.write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("an answer within 10 s")?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multiplexed_hop_serves_each_stream_as_a_connection_with_its_own_facts() {
+    let s1 = TestServer::start("s1");
+    let proxy = start(&s1);
+    let socket = tokio::net::TcpStream::connect(proxy.addr()).await.expect("connect");
+    let (client, driver) = lb_supervisor::hop::connect(socket);
+    let driver = tokio::spawn(driver);
+    let clients = ["192.0.2.1:1001", "192.0.2.2:1002", "[2001:db8::3]:1003"];
+    let answers = futures_util::future::join_all(clients.iter().map(|c| {
+        let to = if c.starts_with('[') { sa("[2001:db8::1]:443") } else { proxy.addr() };
+        let header = raw::proxy_v2(sa(c), to, &[raw::tlv_ssl("TLSv1.3")]);
+        let client = &client;
+        async move { ask_on_hop(client, &header).await.expect("an answer") }
+    }))
+    .await;
+    for (c, answer) in clients.iter().zip(&answers) {
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let ip = sa(c).ip().to_string();
+        assert!(answer.contains(&format!("[\"x-forwarded-for\",\"{ip}\"]")), "{c}: {answer}");
+        assert!(answer.contains("[\"x-forwarded-proto\",\"https\"]"), "{answer}");
+        let line = proxy.wait_for_log(|l| l.contains(&format!("{ip}:{} ", sa(c).port()))).await;
+        assert!(HttpLogLine::parse(&line).is_some(), "{line}");
+    }
+    // A stream without a usable header is closed alone without an answer (reset when its
+    // request had arrived unread), as a connection without one is; the hop serves on.
+    let refused = ask_on_hop(&client, b"").await;
+    let closed = match &refused {
+        Ok(answer) => answer.is_empty(),
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(closed, "{refused:?}");
+    let answer = ask_on_hop(&client, &raw::proxy_v1(sa("192.0.2.9:9"), proxy.addr())).await.expect("an answer");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The plain PROXY header still works on the same bind.
+    let echo = through(&proxy, &raw::proxy_v2(sa("198.51.100.20:50000"), proxy.addr(), &[])).await;
+    assert_eq!(echo_header(&echo, "x-forwarded-for"), ["198.51.100.20"]);
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(10), driver)
+        .await
+        .expect("the hop closes once its client is gone")
+        .expect("driver task")
+        .expect("a clean end");
 }

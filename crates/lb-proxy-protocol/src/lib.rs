@@ -36,7 +36,7 @@ const V1_MAX_LEN: usize = 107;
 const V1_MIN_LEN: usize = 15;
 /// Bytes read before deciding between v1, v2 and "no header": fewer than either version's
 /// shortest header, and enough to show what a client that sent no header sent instead.
-const SNIFF_LEN: usize = 8;
+pub const SNIFF_LEN: usize = 8;
 
 /// The protocol's numbers, for whoever reads or writes a v2 header.
 pub mod pp2 {
@@ -127,6 +127,26 @@ pub async fn read_proxy_header<S: AsyncRead + Unpin>(io: &mut S) -> Result<Proxy
 pub async fn read_proxy_header_raw<S: AsyncRead + Unpin>(io: &mut S) -> Result<(ProxyHeader, Vec<u8>), ProxyError> {
     let mut buf = Vec::with_capacity(V2_FIXED_LEN + 64);
     fill(io, &mut buf, SNIFF_LEN).await?;
+    read_rest(io, buf).await
+}
+
+/// [`read_proxy_header`], or `None` when the connection starts with exactly `preface` instead
+/// (its 8 bytes read, nothing more): a socket that takes PROXY headers also takes lb-tls's
+/// multiplexed hop, which opens with a preface of its own.
+pub async fn read_proxy_header_or<S: AsyncRead + Unpin>(
+    io: &mut S,
+    preface: &[u8; SNIFF_LEN],
+) -> Result<Option<ProxyHeader>, ProxyError> {
+    let mut buf = Vec::with_capacity(V2_FIXED_LEN + 64);
+    fill(io, &mut buf, SNIFF_LEN).await?;
+    if buf == preface {
+        return Ok(None);
+    }
+    read_rest(io, buf).await.map(|(header, _)| Some(header))
+}
+
+/// The rest of a header whose first [`SNIFF_LEN`] bytes are in `buf`.
+async fn read_rest<S: AsyncRead + Unpin>(io: &mut S, mut buf: Vec<u8>) -> Result<(ProxyHeader, Vec<u8>), ProxyError> {
     if buf.starts_with(&V2_SIGNATURE[..SNIFF_LEN]) {
         fill(io, &mut buf, V2_FIXED_LEN).await?;
         // Judge the fixed part before waiting for the length it announces.

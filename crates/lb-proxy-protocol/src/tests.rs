@@ -346,3 +346,20 @@ fn random_inputs_never_panic() {
         let _ = fuzz_parse(&input);
     }
 }
+
+#[tokio::test]
+async fn a_preface_instead_of_a_header_is_told_apart_and_read_exactly() {
+    const PREFACE: &[u8; 8] = b"LB-HOP\0\x01";
+    let mut input: &[u8] = b"LB-HOP\0\x01frames";
+    assert_eq!(read_proxy_header_or(&mut input, PREFACE).await.expect("preface"), None);
+    assert_eq!(input, b"frames", "only the preface is read");
+    let mut input = [V1_TCP4, DATA].concat();
+    let mut reader = &input[..];
+    let header = read_proxy_header_or(&mut reader, PREFACE).await.expect("header").expect("a header");
+    assert_eq!(header.client, Some(addr("192.168.0.1:56324")));
+    assert_eq!(reader, DATA);
+    // Neither: the error a connection without a header gets.
+    input = b"LB-HOP\0\x02".to_vec();
+    let err = read_proxy_header_or(&mut &input[..], PREFACE).await.expect_err("not the preface");
+    assert!(matches!(err, ProxyError::Missing(_)), "{err}");
+}

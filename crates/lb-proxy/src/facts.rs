@@ -30,6 +30,16 @@ pub(crate) struct ConnFacts {
 
 impl ConnFacts {
     /// Facts of a connection with no PROXY header.
+    /// What a PROXY header says, over what the socket said.
+    pub(crate) fn take_header(&mut self, header: lb_proxy_protocol::ProxyHeader) {
+        if header.client.is_some() {
+            self.client = header.client;
+        }
+        self.tls = header.tls;
+        self.alpn = header.alpn;
+        self.authority = header.authority;
+    }
+
     pub(crate) fn from_socket(client: Option<SocketAddr>) -> Self {
         ConnFacts {
             client,

@@ -1,4 +1,5 @@
-//! The client stream type: an accepted TCP or Unix connection.
+//! The client stream type: an accepted TCP or Unix connection, or a stream of lb-tls's
+//! multiplexed hop (one client connection of many on one Unix or TCP connection).
 //!
 //! Listening sockets are lb-supervisor's ([`lb_supervisor::Listener`]): its master binds them
 //! and passes them to workers by fd.
@@ -7,14 +8,16 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use lb_supervisor::hop::HopStream;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-/// An accepted client connection, TCP or Unix.
+/// An accepted client connection: TCP, Unix, or a stream of a multiplexed hop.
 #[derive(Debug)]
 pub(crate) enum ClientStream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Hop(HopStream),
 }
 
 impl AsyncRead for ClientStream {
@@ -22,6 +25,7 @@ impl AsyncRead for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             ClientStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            ClientStream::Hop(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -31,6 +35,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             ClientStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            ClientStream::Hop(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -42,6 +47,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientStream::Hop(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -53,6 +59,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_flush(cx),
             ClientStream::Unix(s) => Pin::new(s).poll_flush(cx),
+            ClientStream::Hop(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -60,6 +67,7 @@ impl AsyncWrite for ClientStream {
         match self.get_mut() {
             ClientStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             ClientStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            ClientStream::Hop(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -85,8 +93,10 @@ impl SendMore for ClientStream {
                     done => return Poll::Ready(done),
                 }
             },
-            // Nothing to gain on a Unix socket (lb-tls's hop): no segments.
+            // Nothing to gain on a Unix socket (lb-tls's hop): no segments. On a multiplexed
+            // hop the bytes wait in its queue until the driver writes them all anyway.
             ClientStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientStream::Hop(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 }

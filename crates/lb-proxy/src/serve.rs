@@ -27,10 +27,12 @@ use crate::runtime::ProxyRuntime;
 use crate::state::{FrontendState, Proxy};
 use crate::tables::Tables;
 use crate::{health, Error, Listeners};
-use lb_proxy_protocol::read_proxy_header;
+use lb_proxy_protocol::read_proxy_header_or;
 use lb_supervisor::MasterLink;
 use lb_supervisor::{Accepted, AsyncListener, Listener};
 use lb_supervisor::{Quiet, Shutdown};
+
+mod hop;
 
 /// Held for the life of one client connection: its permits and its place in the counters.
 #[derive(Debug)]
@@ -284,7 +286,8 @@ async fn accept_loop(
                 // Boxed: tokio moves a task's future whole while spawning it and again while
                 // finishing it; a box is moved as a pointer (1,300 instructions per connection
                 // went to those copies).
-                tracker.spawn(Box::pin(handle(admission, bind.accept_proxy, stream, facts, shutdown.clone())));
+                let serving = handle(admission, bind.accept_proxy, stream, facts, shutdown.clone(), tracker.clone());
+                tracker.spawn(Box::pin(serving));
             }
             Err(e) => {
                 drop(permits);
@@ -304,19 +307,20 @@ async fn handle(
     mut stream: ClientStream,
     mut facts: ConnFacts,
     shutdown: Shutdown,
+    tracker: TaskTracker,
 ) {
     let fe = admission.frontend.clone();
-    let proxy = admission.proxy.clone();
     if accept_proxy {
         let wait = fe.config.timeouts.http_request.min(fe.config.timeouts.client);
-        match tokio::time::timeout(wait, read_proxy_header(&mut stream)).await {
-            Ok(Ok(header)) => {
-                if header.client.is_some() {
-                    facts.client = header.client;
-                }
-                facts.tls = header.tls;
-                facts.alpn = header.alpn;
-                facts.authority = header.authority;
+        match tokio::time::timeout(wait, read_proxy_header_or(&mut stream, lb_supervisor::hop::PREFACE)).await {
+            Ok(Ok(Some(header))) => facts.take_header(header),
+            Ok(Ok(None)) => {
+                // lb-tls's multiplexed hop: its streams are the connections, each admitted
+                // and counted on its own.
+                let proxy = admission.proxy.clone();
+                drop(admission);
+                Box::pin(hop::serve(proxy, fe, stream, facts.client, shutdown, tracker)).await;
+                return;
             }
             Ok(Err(e)) => {
                 tracing::warn!(frontend = fe.name(), client = ?facts.client, "closing connection: {e}");
@@ -328,6 +332,13 @@ async fn handle(
             }
         }
     }
+    serve_connection(admission, stream, facts, shutdown).await;
+}
+
+/// One client connection, its PROXY header (if any) read: `tcp_request`, then HTTP or TCP.
+async fn serve_connection(admission: Admission, stream: ClientStream, facts: ConnFacts, shutdown: Shutdown) {
+    let fe = admission.frontend.clone();
+    let proxy = admission.proxy.clone();
     // `tcp_request`: what the connection tracks is held until it ends.
     let Ok(_tracked) = fe.policy.on_connection(&facts, fe.name()) else {
         tracing::debug!(frontend = fe.name(), client = ?facts.client, "connection rejected (tcp_request)");

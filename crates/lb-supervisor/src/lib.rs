@@ -45,6 +45,8 @@
 //! - `privileges`: dropping to the configured user, resource limits.
 //! - `shutdown`: drain, then stop.
 //! - `quiet`: [`Quiet`], a wait beside a connection's work, polled only once woken.
+//! - `hop`: the multiplexed hop between lb-tls and lb-proxy: frames, streams, the connection's
+//!   I/O task.
 //! - `fuzz`: the control socket's and the channel's readers fed a peer's bytes, for the fuzz
 //!   targets in `fuzz/` (hidden).
 #![deny(unsafe_code)]
@@ -60,6 +62,7 @@ mod error;
 mod fdpass;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod hop;
 mod lines;
 mod listen;
 mod master;

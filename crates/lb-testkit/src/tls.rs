@@ -214,6 +214,16 @@ pub struct TlsChain {
 impl TlsChain {
     /// `alpn`: what lb-tls offers, e.g. `"[ h2, http/1.1 ]"`.
     pub fn start(server: SocketAddr, alpn: &str) -> TlsChain {
+        TlsChain::start_with_backend(server, alpn, "")
+    }
+
+    /// [`TlsChain::start`] with lb-tls's `backend.multiplex: true`: client connections as
+    /// streams of one hop connection per lb-tls worker thread.
+    pub fn start_multiplexed(server: SocketAddr, alpn: &str) -> TlsChain {
+        TlsChain::start_with_backend(server, alpn, "\n  multiplex: true")
+    }
+
+    fn start_with_backend(server: SocketAddr, alpn: &str, backend_extra: &str) -> TlsChain {
         let proxy = crate::ProxyProcess::start_with(
             1,
             crate::single_backend("", "accept_proxy: true\ntls: true", ("s1", server)),
@@ -222,6 +232,7 @@ impl TlsChain {
         let cert = certs.server("api", &["api.example.test"]).display().to_string();
         let hop = proxy.addr();
         let alpn = alpn.to_owned();
+        let backend_extra = backend_extra.to_owned();
         let tls = TlsProcess::start_with(1, move |ports| {
             format!(
                 r#"global:
@@ -231,7 +242,7 @@ tls:
   alpn_protocols: {alpn}
 backend:
   address: "{hop}"
-  write_proxy: v2
+  write_proxy: v2{backend_extra}
 frontends:
   - bind: "127.0.0.1:{port}"
 "#,

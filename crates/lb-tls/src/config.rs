@@ -98,6 +98,10 @@ pub enum WriteProxy {
 pub struct Backend {
     pub address: BackendAddr,
     pub write_proxy: WriteProxy,
+    /// Client connections go as streams of a few multiplexed hop connections (one per worker
+    /// thread) instead of one connection each (`lb_supervisor::hop`; lb-proxy's
+    /// `accept_proxy` bind takes both).
+    pub multiplex: bool,
 }
 
 /// TLS protocol versions, oldest first.

@@ -1,7 +1,9 @@
 //! One client connection: the optional PROXY header from a load balancer in front, the TLS
 //! handshake (both within `handshake_timeout`), the backend connection (within
 //! `backend_connect_timeout`), the PROXY header to the backend, then a bidirectional copy with
-//! half-close until both directions are done, or a hard stop.
+//! half-close until both directions are done, or a hard stop. With `backend.multiplex`, the
+//! backend connection is a stream of this thread's hop connection (`hops`), the PROXY header
+//! its OPEN.
 //!
 //! The backend is connected only after the handshake succeeded: a failed handshake never shows
 //! up at lb-proxy as a connection without a PROXY header.
@@ -122,15 +124,20 @@ where
     };
     let address = &config.backend.address;
     let connect_timeout = config.global.backend_connect_timeout;
-    let why = match address {
-        BackendAddr::Tcp(a) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
+    let why = match (&shared.hops, address) {
+        // The header goes in the stream's OPEN.
+        (Some(hops), _) => match hops.open(&header).await {
+            Ok(stream) => return forward(tls, stream, Vec::new(), stats).await,
+            Err(why) => why,
+        },
+        (None, BackendAddr::Tcp(a)) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
             Ok(backend) => {
                 let _ = backend.set_nodelay(true);
                 return forward(tls, backend, header, stats).await;
             }
             Err(why) => why,
         },
-        BackendAddr::Unix(p) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
+        (None, BackendAddr::Unix(p)) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
             Ok(backend) => return forward(tls, backend, header, stats).await,
             Err(why) => why,
         },

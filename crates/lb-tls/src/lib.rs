@@ -30,6 +30,8 @@
 //! - `serve`: accept loops, the connection limit, the drain.
 //! - `conn`: one connection: PROXY header in, handshake, backend, PROXY header out, copy.
 //! - `copy`: both directions of a connection, with a buffer only while bytes wait.
+//! - `hops`: `backend.multiplex`: a multiplexed hop connection per worker thread, replaced when
+//!   it ends or lb-proxy's worker drains.
 //! - `quic`: HTTP/3 on a UDP frontend (quinn, h3, rustls on AWS-LC), each QUIC connection
 //!   forwarded as HTTP/2 over one hop connection behind a PROXY v2 header with ALPN `h3`.
 //! - `counted`: the backend stream that counts bytes each way.
@@ -57,6 +59,7 @@ mod daemon;
 mod drained;
 mod error;
 mod ffi;
+mod hops;
 mod library;
 mod metrics;
 mod proxy_header;

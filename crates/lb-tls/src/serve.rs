@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::conn::{self, Client};
+use crate::hops::Hops;
 use crate::ratelog::RateLimited;
 use crate::runtime::Handler;
 use crate::stats::{Process, Stats};
@@ -26,6 +27,8 @@ pub(crate) struct Shared {
     pub(crate) stats: Arc<Stats>,
     conns: AtomicUsize,
     pub(crate) limit: Arc<Semaphore>,
+    /// The multiplexed hop connections (`backend.multiplex`).
+    pub(crate) hops: Option<Hops>,
 }
 
 /// A started terminator.
@@ -140,6 +143,9 @@ pub async fn start(mut listeners: Listeners, shutdown: Shutdown, config: Arc<Con
         stats: stats.clone(),
         conns: AtomicUsize::new(0),
         limit: Arc::new(Semaphore::new(config.global.max_connections)),
+        hops: config.backend.multiplex.then(|| {
+            Hops::new(config.backend.address.clone(), config.global.backend_connect_timeout, process(&config).threads)
+        }),
         config,
     });
     let tracker = TaskTracker::new();

@@ -204,6 +204,7 @@ pub(crate) fn translate(text: &str, options: &Options, env: &dyn Fn(&str) -> Opt
         backend: lb_tls::Backend {
             address: BackendAddr::Unix(options.tls_socket.clone()),
             write_proxy: WriteProxy::V2,
+            multiplex: false,
         },
         frontends: proxies
             .tls_binds

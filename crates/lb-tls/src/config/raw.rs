@@ -78,6 +78,8 @@ pub(crate) struct RawCertificateFull {
 pub(crate) struct RawBackend {
     pub(crate) address: Option<String>,
     pub(crate) write_proxy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) multiplex: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

@@ -167,3 +167,22 @@ fn zero_rtt_without_session_tickets_is_refused() {
     );
     assert!(e.iter().any(|l| l.contains("frontends[0].quic.zero_rtt: 0-RTT needs resumption")), "{e:?}");
 }
+
+#[test]
+fn multiplex_needs_a_proxy_header_for_each_stream() {
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\n\
+         backend: { address: \"unix:/run/p.sock\", write_proxy: none, multiplex: true }\n\
+         frontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(
+        e.iter().any(|l| l.starts_with("t.yaml:3:71: backend.multiplex: needs a PROXY header for each stream")),
+        "{e:?}"
+    );
+    let e = errors(
+        "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\n\
+         backend: { address: \"unix:/run/p.sock\", multiplex: yes please }\n\
+         frontends: [ { bind: \"127.0.0.1:2\" } ]\n",
+    );
+    assert!(e.iter().any(|l| l.starts_with("t.yaml:3:") && l.contains("backend.multiplex")), "{e:?}");
+}

@@ -225,7 +225,13 @@ fn backend(ctx: &mut Checker<'_>, raw: Option<&RawBackend>) -> Option<Backend> {
             None
         }
     };
-    Some(Backend { address: address?, write_proxy: write_proxy? })
+    let multiplex = raw.multiplex.unwrap_or(false);
+    if multiplex && write_proxy == Some(WriteProxy::None) {
+        // Each stream is a client connection to lb-proxy only by the header its OPEN carries.
+        ctx.error(&child(path, "multiplex"), "needs a PROXY header for each stream: write_proxy v2 (or v1), not none");
+        return None;
+    }
+    Some(Backend { address: address?, write_proxy: write_proxy?, multiplex })
 }
 
 /// Where each TLS setting of a frontend was written, for the errors found while building it.

@@ -75,6 +75,7 @@ impl Draft {
                     }
                     .to_owned(),
                 ),
+                multiplex: self.backend.multiplex.then_some(true),
             }),
             frontends: Some(
                 self.frontends
@@ -190,6 +191,7 @@ mod tests {
             backend: Backend {
                 address: BackendAddr::Unix(PathBuf::from("/run/lb/proxy-tls.sock")),
                 write_proxy: WriteProxy::V2,
+                multiplex: false,
             },
             frontends: vec![
                 DraftFrontend { bind: "127.0.0.1:8443".parse().expect("addr"), proxy_proxy: false, tls: None },

@@ -25,13 +25,7 @@ pub struct Config {
     /// `fleet`: this lb-proxy counts among the fleet's live nodes, which divide the limits of
     /// its `fleet: true` tables. `None`: no fleet.
     pub fleet: Option<Fleet>,
-    /// Threads of the runtime: 1 runs everything on one thread (see `worker_threads` in
-    /// docs/config-lb-watcher.md).
-    pub worker_threads: usize,
 }
-
-/// `worker_threads` when not given: what lb-watcher always ran with.
-pub const WORKER_THREADS: usize = 2;
 
 /// Where the fleet's lb-proxy nodes register, and this one's name there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,11 +278,7 @@ fn validate(ctx: &mut Ctx<'_>, raw: &RawConfig, base: Option<&Path>) -> Config {
         }
     }
     let fleet = raw.fleet.as_ref().and_then(|f| fleet(ctx, f));
-    let worker_threads = ctx
-        .int("worker_threads", raw.worker_threads, 1..=16)
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(WORKER_THREADS);
-    Config { zookeeper, proxy, hysteresis, status_listen, services, fleet, worker_threads }
+    Config { zookeeper, proxy, hysteresis, status_listen, services, fleet }
 }
 
 fn fleet(ctx: &mut Ctx<'_>, raw: &raw::RawFleet) -> Option<Fleet> {

@@ -66,17 +66,11 @@ fn main() -> ExitCode {
 }
 
 fn serve(config: lb_watcher::config::Config) -> anyhow::Result<()> {
-    // One thread: everything on this one (no worker threads at all), so that the process
-    // stalls exactly when it waits for a core.
-    let mut builder = match config.worker_threads {
-        1 => tokio::runtime::Builder::new_current_thread(),
-        n => {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(n);
-            builder
-        }
-    };
-    let runtime = builder.enable_all().build().context("starting the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(async {
         // A write past the file-size limit (`ulimit -f`, systemd's `LimitFSIZE=`) must fail with
         // EFBIG, reported and retried with the old file left whole, not end the process, which

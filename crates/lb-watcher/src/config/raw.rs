@@ -7,7 +7,7 @@ use serde::Deserialize;
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a map with `zookeeper`, `proxy`, `hysteresis`, `status`, `services`, `fleet` and `worker_threads`"
+    expecting = "a map with `zookeeper`, `proxy`, `hysteresis`, `status`, `services` and `fleet`"
 )]
 pub(crate) struct RawConfig {
     pub(crate) zookeeper: Option<RawZookeeper>,
@@ -16,7 +16,6 @@ pub(crate) struct RawConfig {
     pub(crate) status: Option<RawStatus>,
     pub(crate) services: Option<Vec<RawService>>,
     pub(crate) fleet: Option<RawFleet>,
-    pub(crate) worker_threads: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -52,18 +52,6 @@ fn a_good_file() -> Result<(), Error> {
     assert!(c.proxy.base.is_absolute());
     assert_eq!(c.proxy.drift_check, Duration::from_secs(30));
     assert_eq!(c.status_listen, Some(SocketAddr::from(([127, 0, 0, 1], 9180))));
-    assert_eq!(c.worker_threads, 2, "the runtime's default");
-    Ok(())
-}
-
-#[test]
-fn worker_threads_from_1_to_16() -> Result<(), Error> {
-    assert_eq!(Config::parse(&format!("{GOOD}worker_threads: 1\n"), "w.yaml")?.worker_threads, 1);
-    assert_eq!(Config::parse(&format!("{GOOD}worker_threads: 16\n"), "w.yaml")?.worker_threads, 16);
-    assert_eq!(
-        errors(&format!("{GOOD}worker_threads: 0\n")),
-        ["w.yaml:24:17: worker_threads: 0 is out of range (1..=16)"]
-    );
     Ok(())
 }
 

@@ -108,19 +108,24 @@ backends:
     servers: [{ name: s1, address: \"10.1.1.1:80\" }]
 ";
 
-    #[test]
-    fn render_replaces_only_watched_backends_and_reads_back() -> Result<(), lb_config::Error> {
-        let base = ProxyConfig::parse(BASE, "base.yaml")?;
-        let service = Service {
+    /// Backend `api` from path `/a`, port 80, weight 10.
+    fn api_service(check: bool, slowstart: Option<std::time::Duration>) -> Service {
+        Service {
             backend: "api".into(),
             path: "/a".into(),
             format: NodeFormat::Registrar,
             record_type: "host".into(),
             port: Some(80),
-            check: true,
+            check,
             weight: 10,
-            slowstart: Some(std::time::Duration::from_secs(5)),
-        };
+            slowstart,
+        }
+    }
+
+    #[test]
+    fn render_replaces_only_watched_backends_and_reads_back() -> Result<(), lb_config::Error> {
+        let base = ProxyConfig::parse(BASE, "base.yaml")?;
+        let service = api_service(true, Some(std::time::Duration::from_secs(5)));
         let member = Member { address: SocketAddr::from(([10, 0, 0, 5], 80)), weight: 10 };
         let sets: Sets =
             [("api".to_owned(), [("web1".to_owned(), member)].into_iter().collect())].into_iter().collect();
@@ -139,16 +144,7 @@ backends:
     #[test]
     fn added_holds_only_what_the_checked_servers_lack() -> Result<(), lb_config::Error> {
         let base = ProxyConfig::parse(BASE, "base.yaml")?;
-        let service = Service {
-            backend: "api".into(),
-            path: "/a".into(),
-            format: NodeFormat::Registrar,
-            record_type: "host".into(),
-            port: Some(80),
-            check: false,
-            weight: 10,
-            slowstart: None,
-        };
+        let service = api_service(false, None);
         let at = |last: u8, weight| Member { address: SocketAddr::from(([10, 0, 0, last], 80)), weight };
         let before: Servers =
             [("kept".to_owned(), at(1, 10)), ("moved".to_owned(), at(2, 10)), ("gone".to_owned(), at(3, 10))]

@@ -68,6 +68,7 @@ pub async fn run_with(config: Config, mut shutdown: watch::Receiver<bool>, share
         warned: HashMap::new(),
         applied_changed: true,
         pending_deletes: false,
+        checked_whole: false,
         retry: RETRY_MIN,
     };
     engine.publish();
@@ -125,6 +126,9 @@ pub(crate) struct Engine {
     applied_changed: bool,
     /// Servers drained but not deleted yet: the drift check deletes them once idle.
     pub(crate) pending_deletes: bool,
+    /// An apply of this run succeeded, its file read back whole: from then on only the servers
+    /// a change adds are checked (`check`).
+    pub(crate) checked_whole: bool,
     retry: Duration,
 }
 

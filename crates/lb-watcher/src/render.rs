@@ -44,6 +44,32 @@ pub fn render(base: &ProxyConfig, services: &[Service], sets: &Sets) -> ProxyCon
     config
 }
 
+/// `base` with each watched backend holding only those servers of `sets` that `before` (the
+/// servers of a file already checked, by backend) lacks or holds with another address or
+/// weight: what a change brings that was never checked. lb-config checks each server entry on
+/// its own, and a backend's names are a set's keys (never twice), so a file of the same base
+/// whose every entry was checked in one file or another loads as a whole.
+pub fn added<'a>(
+    base: &ProxyConfig,
+    services: &[Service],
+    sets: &Sets,
+    before: impl Fn(&str) -> Option<&'a Servers>,
+) -> ProxyConfig {
+    let new: Sets = sets
+        .iter()
+        .map(|(backend, servers)| {
+            let old = before(backend);
+            let fresh = servers
+                .iter()
+                .filter(|(name, m)| old.and_then(|o| o.get(*name)) != Some(*m))
+                .map(|(name, m)| (name.clone(), m.clone()))
+                .collect();
+            (backend.clone(), fresh)
+        })
+        .collect();
+    render(base, services, &new)
+}
+
 /// The watched backends' servers in `config` (what a file written earlier holds).
 pub fn sets_of(config: &ProxyConfig, services: &[Service]) -> Sets {
     services
@@ -82,19 +108,24 @@ backends:
     servers: [{ name: s1, address: \"10.1.1.1:80\" }]
 ";
 
-    #[test]
-    fn render_replaces_only_watched_backends_and_reads_back() -> Result<(), lb_config::Error> {
-        let base = ProxyConfig::parse(BASE, "base.yaml")?;
-        let service = Service {
+    /// Backend `api` from path `/a`, port 80, weight 10.
+    fn api_service(check: bool, slowstart: Option<std::time::Duration>) -> Service {
+        Service {
             backend: "api".into(),
             path: "/a".into(),
             format: NodeFormat::Registrar,
             record_type: "host".into(),
             port: Some(80),
-            check: true,
+            check,
             weight: 10,
-            slowstart: Some(std::time::Duration::from_secs(5)),
-        };
+            slowstart,
+        }
+    }
+
+    #[test]
+    fn render_replaces_only_watched_backends_and_reads_back() -> Result<(), lb_config::Error> {
+        let base = ProxyConfig::parse(BASE, "base.yaml")?;
+        let service = api_service(true, Some(std::time::Duration::from_secs(5)));
         let member = Member { address: SocketAddr::from(([10, 0, 0, 5], 80)), weight: 10 };
         let sets: Sets =
             [("api".to_owned(), [("web1".to_owned(), member)].into_iter().collect())].into_iter().collect();
@@ -107,6 +138,31 @@ backends:
         let api = back.backend("api").map(|b| b.servers.clone()).unwrap_or_default();
         assert!(api[0].check && api[0].slowstart.is_some() && api[0].weight == 10);
         assert_eq!(back.backend("static").map(|b| b.servers.len()), Some(1));
+        Ok(())
+    }
+
+    #[test]
+    fn added_holds_only_what_the_checked_servers_lack() -> Result<(), lb_config::Error> {
+        let base = ProxyConfig::parse(BASE, "base.yaml")?;
+        let service = api_service(false, None);
+        let at = |last: u8, weight| Member { address: SocketAddr::from(([10, 0, 0, last], 80)), weight };
+        let before: Servers =
+            [("kept".to_owned(), at(1, 10)), ("moved".to_owned(), at(2, 10)), ("gone".to_owned(), at(3, 10))]
+                .into_iter()
+                .collect();
+        let now: Servers =
+            [("kept".to_owned(), at(1, 10)), ("moved".to_owned(), at(4, 10)), ("new".to_owned(), at(5, 20))]
+                .into_iter()
+                .collect();
+        let sets: Sets = [("api".to_owned(), now)].into_iter().collect();
+        let services = [service];
+        let added = added(&base, &services, &sets, |b| (b == "api").then_some(&before));
+        let names: Vec<_> =
+            added.backend("api").map(|b| b.servers.iter().map(|s| s.name.clone()).collect()).unwrap_or_default();
+        assert_eq!(names, ["moved", "new"], "a kept server is not checked again, a moved one is");
+        assert_eq!(added.backend("static").map(|b| b.servers.len()), Some(1), "the base as it is");
+        let nothing_before = super::added(&base, &services, &sets, |_| None);
+        assert_eq!(nothing_before.backend("api").map(|b| b.servers.len()), Some(3));
         Ok(())
     }
 }

@@ -31,13 +31,20 @@ pub fn write_config(
     validate: impl FnOnce(&Path) -> Result<(), Error>,
 ) -> Result<Written, Error> {
     let io_error = |source: io::Error| Error::Write { path: path.to_path_buf(), source };
-    let current = match fs::read(path) {
-        Ok(bytes) => Some(bytes),
+    // Only a file of the same length can hold the same text: the 1 MB read of a 10,000-server
+    // file is skipped whenever the set's size moved.
+    let current_len = match fs::metadata(path) {
+        Ok(meta) => Some(meta.len()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_error(e)),
     };
-    if current.as_deref() == Some(text.as_bytes()) {
-        return Ok(Written::Unchanged);
+    if current_len == u64::try_from(text.len()).ok() {
+        match fs::read(path) {
+            Ok(bytes) if bytes == text.as_bytes() => return Ok(Written::Unchanged),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(e)),
+        }
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -53,15 +60,20 @@ pub fn write_config(
         file.sync_all().map_err(io_error)?;
         drop(file);
         validate(&tmp)?;
-        if let Some(previous) = &current {
+        if current_len.is_some() {
             // The previous file, for an operator to compare or roll back to; itself replaced
             // atomically.
             let prev = prev_path(path);
             let prev_tmp = dir.join(format!(".prev.{}.tmp", std::process::id()));
-            if let Err(e) = fs::write(&prev_tmp, previous).and_then(|()| fs::rename(&prev_tmp, &prev)) {
-                // A disk that fills up half-way leaves no half-written copy behind either.
-                let _ = fs::remove_file(&prev_tmp);
-                return Err(io_error(e));
+            match keep_copy(path, &prev_tmp).and_then(|()| fs::rename(&prev_tmp, &prev)) {
+                Ok(()) => {}
+                // Removed since it was looked at: nothing to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    // A disk that fills up half-way leaves no half-written copy behind either.
+                    let _ = fs::remove_file(&prev_tmp);
+                    return Err(io_error(e));
+                }
             }
         }
         fs::rename(&tmp, path).map_err(io_error)?;
@@ -72,6 +84,22 @@ pub fn write_config(
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// `to` made to hold what `from` holds now: a second name for the same file where the file
+/// system allows (the rename that follows gives `from`'s name to the new file, so the old one
+/// lives on under `to` unchanged, and nothing is copied), else a copy. A symbolic link (an
+/// operator's) is copied through, as before: a link to the link would follow its target.
+fn keep_copy(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::remove_file(to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if fs::symlink_metadata(from)?.is_file() && fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    fs::copy(from, to).map(|_| ())
 }
 
 #[cfg(test)]
@@ -111,6 +139,32 @@ mod tests {
         assert_eq!(fs::read_to_string(&path)?, "one\n", "the current file untouched");
         let left: Vec<_> = fs::read_dir(dir.path())?.filter_map(Result::ok).map(|e| e.file_name()).collect();
         assert_eq!(left.len(), 2, "no temporary file left: {left:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn the_previous_file_is_kept_through_a_link_or_a_copy() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("lb-proxy.yaml");
+        write_config(&path, "one\n", |_| Ok(()))?;
+        write_config(&path, "two\n", |_| Ok(()))?;
+        write_config(&path, "three\n", |_| Ok(()))?;
+        assert_eq!(fs::read_to_string(prev_path(&path))?, "two\n");
+        assert_eq!(fs::read_to_string(&path)?, "three\n");
+        // An operator's symbolic link: `.prev` holds the old text, the link's target is not
+        // touched.
+        let target = dir.path().join("real.yaml");
+        fs::write(&target, "linked\n")?;
+        let linked = dir.path().join("linked.yaml");
+        std::os::unix::fs::symlink(&target, &linked)?;
+        assert_eq!(write_config(&linked, "four\n", |_| Ok(()))?, Written::Replaced);
+        assert_eq!(fs::read_to_string(prev_path(&linked))?, "linked\n");
+        assert!(!fs::symlink_metadata(prev_path(&linked))?.file_type().is_symlink());
+        assert_eq!(fs::read_to_string(&target)?, "linked\n");
+        assert_eq!(fs::read_to_string(&linked)?, "four\n");
+        // Same length, other text: written.
+        assert_eq!(write_config(&linked, "five\n", |_| Ok(()))?, Written::Replaced);
+        assert_eq!(write_config(&linked, "five\n", |_| Ok(()))?, Written::Unchanged);
         Ok(())
     }
 }

@@ -1,13 +1,15 @@
 //! One change, end to end: render, validate, write atomically, then runtime commands or a
 //! reload; and the periodic drift repair.
 
+use std::collections::HashMap;
+use std::path::Path;
 use std::time::Instant;
 
 use lb_config::Config as ProxyConfig;
 
 use super::Engine;
 use crate::apply::Applied;
-use crate::hysteresis::Sets;
+use crate::hysteresis::{Servers, Sets};
 use crate::status::{unix_now, LastApply, Metrics};
 use crate::write::{write_config, Written};
 use crate::{render, Error};
@@ -15,6 +17,8 @@ use crate::{render, Error};
 impl Engine {
     pub(crate) async fn apply(&mut self, sets: Sets, now: Instant) {
         let result = self.apply_sets(&sets).await;
+        // The applied servers are now in a file that loaded (read back whole the first time).
+        self.checked_whole |= result.is_ok();
         let (outcome, detail) = match &result {
             Ok((how, detail)) => ((*how).to_owned(), detail.clone()),
             Err(e) => ("failed".to_owned(), e.to_string()),
@@ -33,9 +37,7 @@ impl Engine {
         let path = self.config.proxy.config.clone();
         let rendered = render::render(&self.base, &self.config.services, sets);
         let text = rendered.to_yaml();
-        let written = write_config(&path, &text, |tmp| {
-            ProxyConfig::load(tmp).map(|_| ()).map_err(|source| Error::Proxy { path: tmp.to_path_buf(), source })
-        })?;
+        let written = write_config(&path, &text, |tmp| self.check(tmp, sets))?;
         let summary = sets.iter().map(|(b, s)| format!("{b}: {} servers", s.len())).collect::<Vec<_>>().join(", ");
         Metrics::add(&self.shared.metrics.applies);
         if self.config.proxy.runtime && !self.base_changed {
@@ -58,6 +60,23 @@ impl Engine {
         self.reload().await?;
         self.base_changed = false;
         Ok(("reload", summary))
+    }
+
+    /// The file about to replace lb-proxy's, `tmp`, rendered from `sets`, loads as lb-proxy
+    /// would load it. Until an apply of this run succeeded the file is read back whole (about
+    /// 70 ms at 10,000 servers, most of an apply's CPU); after that the base is the same one and
+    /// the applied servers were in a file of it that loaded, so only what `sets` adds is
+    /// checked, in a file of the base and those servers. Should that fail, the whole file is
+    /// read back, so a bad server is reported as it always was: by its line in the file.
+    fn check(&self, tmp: &Path, sets: &Sets) -> Result<(), Error> {
+        if self.checked_whole {
+            let applied: HashMap<&str, &Servers> = self.state.applied_iter().map(|(b, s)| (b.as_str(), s)).collect();
+            let added = render::added(&self.base, &self.config.services, sets, |b| applied.get(b).copied());
+            if ProxyConfig::parse(&added.to_yaml(), &tmp.display().to_string()).is_ok() {
+                return Ok(());
+            }
+        }
+        ProxyConfig::load(tmp).map(|_| ()).map_err(|source| Error::Proxy { path: tmp.to_path_buf(), source })
     }
 
     async fn reload(&mut self) -> Result<(), Error> {

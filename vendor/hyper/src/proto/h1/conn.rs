@@ -560,6 +560,11 @@ where
                     }
                     Poll::Pending => {
                         trace!("maybe_notify; read_from_io blocked");
+                        // Nothing of a next message yet (a change to hyper 1.12.0 for
+                        // lb-proxy), as in `poll_read_head`: the header map kept for reuse
+                        // goes. A server connection gets here once its response is written
+                        // (the map it keeps is that response's), and may then idle for long.
+                        self.state.cached_headers = None;
                         return;
                     }
                     Poll::Ready(Err(e)) => {

@@ -20,6 +20,7 @@ use crate::config::{BackendAddr, WriteProxy};
 use crate::copy;
 use crate::counted::Counted;
 use crate::drained::{Drained, ReadReady, Socket};
+use crate::ffi;
 use crate::library::reason_words;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
@@ -77,7 +78,8 @@ where
             true => Some(proxy_header::read(&mut stream).await.map_err(|e| (Failure::ProxyHeader, e))?),
             false => None,
         };
-        let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
+        let mut ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
+        ffi::shed_handshake_config(&mut ssl);
         let mut tls = TlsStream::new(ssl, Socket::new(stream)).map_err(|e| (Failure::Other, e.to_string()))?;
         match tls.accept().await {
             Ok(()) => {
@@ -91,7 +93,10 @@ where
             }
         }
     };
-    let (received, mut tls) = match tokio::time::timeout(timeout, handshake).await {
+    // Boxed, as the backend's connect below, and freed once done: inline, its state (the
+    // PROXY header read, the handshake's own futures) would be room the connection's task
+    // keeps for its whole life.
+    let (received, mut tls) = match tokio::time::timeout(timeout, Box::pin(handshake)).await {
         Ok(Ok(done)) => done,
         Ok(Err((failure, reason))) => {
             stats.failed(failure);
@@ -114,23 +119,24 @@ where
         Some((client, local)) => (Some(client), Some(local)),
         None => (peer, local),
     };
-    let header = match config.backend.write_proxy {
-        WriteProxy::V2 => proxy_header::v2(client, local, tls.ssl()),
-        WriteProxy::V1 => proxy_header::v1(client, local),
+    // `received` goes here whatever the kind, not kept for the connection's life.
+    let header = match (config.backend.write_proxy, received) {
+        (WriteProxy::V2, _) => proxy_header::v2(client, local, tls.ssl()),
+        (WriteProxy::V1, _) => proxy_header::v1(client, local),
         // Passed on as received, so the backend still learns the real client.
-        WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
+        (WriteProxy::None, received) => received.map(|r| r.bytes).unwrap_or_default(),
     };
     let address = &config.backend.address;
     let connect_timeout = config.global.backend_connect_timeout;
     let why = match address {
-        BackendAddr::Tcp(a) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
+        BackendAddr::Tcp(a) => match Box::pin(connect_within(connect_timeout, TcpStream::connect(a))).await {
             Ok(backend) => {
                 let _ = backend.set_nodelay(true);
                 return forward(tls, backend, header, stats).await;
             }
             Err(why) => why,
         },
-        BackendAddr::Unix(p) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
+        BackendAddr::Unix(p) => match Box::pin(connect_within(connect_timeout, UnixStream::connect(p))).await {
             Ok(backend) => return forward(tls, backend, header, stats).await,
             Err(why) => why,
         },

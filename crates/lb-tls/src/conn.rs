@@ -115,16 +115,20 @@ where
     };
     let ssl = tls.ssl();
     stats.handshake(ssl.session_reused(), ssl.version_str(), ssl.current_cipher().map(|c| c.name()));
-    let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
-        Some((client, local)) => (Some(client), Some(local)),
-        None => (peer, local),
-    };
-    // `received` goes here whatever the kind, not kept for the connection's life.
-    let header = match (config.backend.write_proxy, received) {
-        (WriteProxy::V2, _) => proxy_header::v2(client, local, tls.ssl()),
-        (WriteProxy::V1, _) => proxy_header::v1(client, local),
-        // Passed on as received, so the backend still learns the real client.
-        (WriteProxy::None, received) => received.map(|r| r.bytes).unwrap_or_default(),
+    // In a block of its own: the header received is not kept for the connection's life.
+    let (client, header) = {
+        let received = received;
+        let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
+            Some((client, local)) => (Some(client), Some(local)),
+            None => (peer, local),
+        };
+        let header = match config.backend.write_proxy {
+            WriteProxy::V2 => proxy_header::v2(client, local, tls.ssl()),
+            WriteProxy::V1 => proxy_header::v1(client, local),
+            // Passed on as received, so the backend still learns the real client.
+            WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
+        };
+        (client, header)
     };
     let address = &config.backend.address;
     let connect_timeout = config.global.backend_connect_timeout;

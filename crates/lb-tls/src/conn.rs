@@ -115,21 +115,7 @@ where
     };
     let ssl = tls.ssl();
     stats.handshake(ssl.session_reused(), ssl.version_str(), ssl.current_cipher().map(|c| c.name()));
-    // In a block of its own: the header received is not kept for the connection's life.
-    let (client, header) = {
-        let received = received;
-        let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
-            Some((client, local)) => (Some(client), Some(local)),
-            None => (peer, local),
-        };
-        let header = match config.backend.write_proxy {
-            WriteProxy::V2 => proxy_header::v2(client, local, tls.ssl()),
-            WriteProxy::V1 => proxy_header::v1(client, local),
-            // Passed on as received, so the backend still learns the real client.
-            WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
-        };
-        (client, header)
-    };
+    let (client, header) = backend_header(config.backend.write_proxy, received, peer, local, tls.ssl());
     let address = &config.backend.address;
     let connect_timeout = config.global.backend_connect_timeout;
     let why = match address {
@@ -155,6 +141,29 @@ where
         )
     });
     close(&mut tls).await;
+}
+
+/// The client the backend is told of, and the PROXY header that tells it. A function of its
+/// own so that the header received is not kept for the connection's life (an async function
+/// keeps room for a borrowed local until its scope ends).
+fn backend_header(
+    write_proxy: WriteProxy,
+    received: Option<proxy_header::Received>,
+    peer: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+    ssl: &openssl::ssl::SslRef,
+) -> (Option<SocketAddr>, Vec<u8>) {
+    let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
+        Some((client, local)) => (Some(client), Some(local)),
+        None => (peer, local),
+    };
+    let header = match write_proxy {
+        WriteProxy::V2 => proxy_header::v2(client, local, ssl),
+        WriteProxy::V1 => proxy_header::v1(client, local),
+        // Passed on as received, so the backend still learns the real client.
+        WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
+    };
+    (client, header)
 }
 
 /// Acknowledge what the client sent without the kernel's delayed-ACK wait. A TLS 1.3 handshake

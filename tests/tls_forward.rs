@@ -272,3 +272,81 @@ async fn at_max_connections_nothing_more_is_accepted_until_one_ends() {
         tokio::task::spawn_blocking(move || curl(&u, &["--cacert", &ca, "--resolve", &resolve])).await.expect("curl");
     assert_eq!((r.code, r.body.as_str()), (Some(0), "pong"), "served once the place is free: {r:?}");
 }
+
+/// The server certificate's signature and key algorithms reach the backend in the PROXY v2
+/// header (`SSL_SIG_ALG`, `SSL_KEY_ALG`), for the default certificate and for one SNI picks.
+/// lb-tls lets the TLS library free a connection's copy of its certificate once the handshake
+/// is done, so these are kept with each certificate instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_v2_names_the_server_certificates_algorithms() {
+    let certs = TestCerts::new();
+    let api = certs.server("api", &["api.example.test"]).display().to_string();
+    let other = certs.server("other", &["other.example.test"]).display().to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the backend");
+    let backend = listener.local_addr().expect("backend address");
+    let tls = TlsProcess::start_with(1, move |ports| {
+        format!(
+            r#"global:
+  control_socket: master.sock
+tls:
+  certificates: [ {api}, {other} ]
+backend:
+  address: "{backend}"
+  write_proxy: v2
+frontends:
+  - bind: "127.0.0.1:{port}"
+"#,
+            port = ports[0]
+        )
+    });
+    for sni in ["api.example.test", "other.example.test"] {
+        let (addr, ca) = (tls.addr(), certs.ca().display().to_string());
+        let client = tokio::task::spawn_blocking(move || {
+            s_client(addr, &["-servername", sni, "-CAfile", &ca], b"", Duration::from_secs(10))
+        });
+        let (mut conn, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .expect("lb-tls connects")
+            .expect("accept");
+        let tlvs = proxy_v2_tlvs(&mut conn).await;
+        drop(conn);
+        client.await.expect("s_client");
+        assert_eq!(tlvs.get(&0x02).map(Vec::as_slice), Some(sni.as_bytes()), "SNI: {tlvs:?}");
+        let ssl = ssl_sub_tlvs(tlvs.get(&0x20).expect("PP2_TYPE_SSL"));
+        assert_eq!(
+            ssl.get(&0x24).map(Vec::as_slice),
+            Some(&b"ecdsa-with-SHA256"[..]),
+            "SSL_SIG_ALG for {sni}: {ssl:?}"
+        );
+        assert_eq!(ssl.get(&0x25).map(Vec::as_slice), Some(&b"EC256"[..]), "SSL_KEY_ALG for {sni}: {ssl:?}");
+    }
+}
+
+/// Reads a PROXY v2 header and returns its TLVs by type.
+async fn proxy_v2_tlvs(conn: &mut tokio::net::TcpStream) -> std::collections::HashMap<u8, Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 16];
+    conn.read_exact(&mut head).await.expect("the header's first 16 bytes");
+    assert_eq!(&head[..12], b"\r\n\r\n\0\r\nQUIT\n", "a v2 signature");
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes([head[14], head[15]]))];
+    conn.read_exact(&mut body).await.expect("the header's body");
+    // TCP over IPv4: 12 bytes of addresses, then the TLVs.
+    assert_eq!(head[13], 0x11, "TCP over IPv4");
+    tlvs(&body[12..])
+}
+
+/// `PP2_TYPE_SSL`'s sub-TLVs, after its client flags (1 byte) and verify result (4).
+fn ssl_sub_tlvs(value: &[u8]) -> std::collections::HashMap<u8, Vec<u8>> {
+    tlvs(&value[5..])
+}
+
+fn tlvs(mut rest: &[u8]) -> std::collections::HashMap<u8, Vec<u8>> {
+    let mut out = std::collections::HashMap::new();
+    while rest.len() >= 3 {
+        let len = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        let value = rest.get(3..3 + len).expect("a whole TLV");
+        out.insert(rest[0], value.to_vec());
+        rest = &rest[3 + len..];
+    }
+    out
+}

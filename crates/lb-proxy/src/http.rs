@@ -18,6 +18,7 @@ mod sniff;
 mod tunnel;
 mod upstream;
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ use self::upstream::Upstream;
 use crate::counters::Transfer;
 use crate::facts::ConnFacts;
 use crate::listener::ClientStream;
+use crate::serve::Serving;
 use crate::state::{FrontendState, Proxy};
 use lb_supervisor::{Quiet, Shutdown};
 
@@ -61,8 +63,9 @@ pub(crate) struct ConnCtx {
     /// The server connections tied to this client connection (`http_reuse: never`): one for
     /// HTTP/1; for HTTP/2, one per stream served at once.
     pinned: Mutex<Vec<Upstream>>,
-    /// A tunnel the server agreed to (101), for this task to run once hyper lets go.
-    tunnel: Mutex<Option<tunnel::Pending>>,
+    /// A tunnel the server agreed to (101), for this task to run once hyper lets go. Boxed:
+    /// most connections never have one, and every idle one would keep its room.
+    tunnel: Mutex<Option<Box<tunnel::Pending>>>,
     /// `X-Forwarded-Proto: https`: the frontend is marked TLS or the PROXY header said SSL.
     https: bool,
     /// The client's `X-Forwarded-For` value, when there is a client address.
@@ -155,17 +158,18 @@ impl ConnCtx {
     }
 }
 
-/// Serves one client connection in HTTP mode: HTTP/2 when lb-tls negotiated `h2` (the PROXY
-/// header's ALPN), or `h3` (lb-tls carries each HTTP/3 request as an HTTP/2 stream on the hop;
-/// the logs and `ssl_fc_alpn` still say `h3`), or a plain connection opens with HTTP/2's
-/// preface, else HTTP/1.x.
+/// Starts serving one client connection in HTTP mode: HTTP/2 when lb-tls negotiated `h2` (the
+/// PROXY header's ALPN), or `h3` (lb-tls carries each HTTP/3 request as an HTTP/2 stream on the
+/// hop; the logs and `ssl_fc_alpn` still say `h3`), or a plain connection opens with HTTP/2's
+/// preface, else HTTP/1.x. Returns the future that serves it from then on (`None`: the client
+/// closed before saying which).
 pub(crate) async fn serve(
     proxy: &Arc<Proxy>,
     fe: &Arc<FrontendState>,
     mut stream: ClientStream,
     facts: ConnFacts,
     shutdown: Shutdown,
-) {
+) -> Option<Serving> {
     let opened = Instant::now();
     let mut first = BytesMut::new();
     let http2 = fe.config.http2.enabled
@@ -176,141 +180,156 @@ pub(crate) async fn serve(
             None => match tokio::time::timeout(fe.config.timeouts.http_request, sniff(&mut stream, &mut first)).await {
                 Ok(Sniffed::Http2) => true,
                 Ok(Sniffed::Http1) | Err(_) => false,
-                Ok(Sniffed::Closed) => return,
+                Ok(Sniffed::Closed) => return None,
             },
         };
     let io = Prefixed::new(first, stream);
     // Each protocol's state machine (hyper's connection, timers, the drain) goes on the heap at
-    // its exact size: inline, the larger of the two would set the size of the connection's
-    // task, and tokio copies a task's whole future several times while spawning and finishing
-    // it (a tenth of the instructions of a one-request connection went to those copies).
-    if http2 {
+    // its exact size, and holds none of what only the start needed (the facts are the
+    // context's, the accept-time futures are gone).
+    Some(if http2 {
         let streams = Arc::new(h2::Streams::new());
         let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H2(streams.clone()), &shutdown));
-        Box::pin(h2::serve(ctx, streams, io, shutdown)).await;
+        Box::pin(h2::serve(ctx, streams, io, shutdown))
     } else {
-        Box::pin(serve_h1(proxy, fe, io, facts, shutdown, opened)).await;
-    }
+        Box::pin(serve_h1(proxy, fe, io, facts, shutdown, opened))
+    })
 }
 
-async fn serve_h1(
+/// HTTP/1: builds the connection's state, then returns the future that serves it. Built here,
+/// outside the future, so that the future keeps only what it uses while the connection lives
+/// (an async function keeps its arguments, and locals such as hyper's builder, for its whole
+/// life: they were a third of an idle connection's task).
+fn serve_h1(
     proxy: &Arc<Proxy>,
     fe: &Arc<FrontendState>,
     stream: Prefixed,
     facts: ConnFacts,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
     opened: Instant,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let timeouts = fe.config.timeouts;
-    let activity =
-        Activity::new(opened, read_buffer(fe.config.max_header_size), timeouts.http_request, timeouts.http_keep_alive);
+    let (http_request, http_keep_alive) = (timeouts.http_request, timeouts.http_keep_alive);
+    let activity = Activity::new(opened, read_buffer(fe.config.max_header_size), http_request, http_keep_alive);
     if fe.policy.reads_content_length {
         activity.count_content_lengths();
     }
     let ctx = Arc::new(ConnCtx::new(proxy, fe, facts, Wire::H1(activity.clone()), &shutdown));
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| forward::handle(service_ctx.clone(), req));
-    let builder = h1_server_builder(fe.config.max_header_size);
-    let conn =
-        builder.serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service).with_upgrades();
-    tokio::pin!(conn);
-
-    // The watchdog's timer is set for the current deadline, or, while a request is served, for
-    // a look again later; whenever it fires the state is read anew (a deadline may have moved
-    // later meanwhile: re-armed), and `activity.changed()` wakes it only when one moved earlier.
-    let busy_recheck = timeouts.http_request.min(timeouts.http_keep_alive).max(BUSY_RECHECK_MIN);
-    // Set for the first deadline from the start, as its firing would set it: a timer that fired
-    // at once cost a wake-up and a pass through the watchdog, 1,400 instructions a connection.
-    let first = activity.watch().deadline(timeouts.http_request, timeouts.http_keep_alive);
-    let first = first.unwrap_or_else(|| Instant::now() + busy_recheck);
-    activity.arm(first);
-    let timer = tokio::time::sleep_until(first.into());
-    tokio::pin!(timer);
-    let mut ending = false;
-    // A drain closes the connection once idle (at a spread-out moment); a hard stop drops it.
-    // One future for both, so that each wake-up of this task polls one shutdown future.
-    let mut stop = shutdown.clone();
-    let tunnel_stop = shutdown.clone();
-    let drain_activity = activity.clone();
+    let mut conn = h1_server_builder(fe.config.max_header_size)
+        .serve_connection(TokioIo::new(ActivityIo::new(stream, activity.clone())), service)
+        .with_upgrades();
     let spread = proxy.close_spread;
-    let shutdown_steps = async move {
-        shutdown.draining().await;
-        let spread = Duration::from_millis(rand::random_range(0..=spread.as_millis() as u64));
-        drain_activity.drain(Instant::now() + spread);
-        stop.stopped().await;
-    };
-    tokio::pin!(shutdown_steps);
-    let result = loop {
-        // The watchdog's waits are polled only when one of them woke the task (see `Quiet`):
-        // hyper's IO wakes it several times per request, and polling the three waits at each
-        // wake-up cost about 700 instructions a request.
-        let watchdog = Quiet::new(async {
-            tokio::select! {
-                biased;
-                _ = activity.changed(), if !ending => Watchdog::Changed,
-                () = timer.as_mut(), if !ending => Watchdog::Timer,
-                () = &mut shutdown_steps => Watchdog::Stopped,
-            }
-        });
-        let woke = tokio::select! {
-            biased;
-            result = conn.as_mut() => break result,
-            woke = watchdog => woke,
+    async move {
+        // The watchdog's timer is set for the current deadline, or, while a request is served,
+        // for a look again later; whenever it fires the state is read anew (a deadline may have
+        // moved later meanwhile: re-armed), and `activity.changed()` wakes it only when one
+        // moved earlier.
+        let busy_recheck = http_request.min(http_keep_alive).max(BUSY_RECHECK_MIN);
+        // Set for the first deadline from the start, as its firing would set it: a timer that
+        // fired at once cost a wake-up and a pass through the watchdog, 1,400 instructions a
+        // connection.
+        let first = activity.watch().deadline(http_request, http_keep_alive);
+        let first = first.unwrap_or_else(|| Instant::now() + busy_recheck);
+        activity.arm(first);
+        let timer = tokio::time::sleep_until(first.into());
+        tokio::pin!(timer);
+        let mut ending = false;
+        // A drain closes the connection once idle (at a spread-out moment); a hard stop drops
+        // it. One future for both, so that each wake-up of this task polls one shutdown future.
+        let tunnel_stop = shutdown.clone();
+        let drain_activity = activity.clone();
+        let mut shutdown = shutdown;
+        let shutdown_steps = async move {
+            shutdown.draining().await;
+            let spread = Duration::from_millis(rand::random_range(0..=spread.as_millis() as u64));
+            drain_activity.drain(Instant::now() + spread);
+            shutdown.stopped().await;
         };
-        match woke {
-            Watchdog::Changed => {
-                // A deadline moved earlier: set the timer for it (it may have passed already).
-                let now = Instant::now();
-                let at = activity.watch().deadline(timeouts.http_request, timeouts.http_keep_alive);
-                let at = at.unwrap_or(now + busy_recheck);
-                activity.arm(at);
-                timer.as_mut().reset(at.into());
-            }
-            Watchdog::Timer => {
-                let now = Instant::now();
-                let watch = activity.watch();
-                match (watch, watch.deadline(timeouts.http_request, timeouts.http_keep_alive)) {
-                    (Watch::Reading { since }, Some(at)) if at <= now => {
-                        activity.reply_and_end(errors::raw(&fe.config.error_pages, 408));
-                        bad_request(&ctx, since, 408, *b"cR");
-                        ending = true;
-                    }
-                    (Watch::Idle { .. }, Some(at)) if at <= now => {
-                        // Ends at hyper's next read unless a request is arriving; if one is,
-                        // keep watching it (its first byte moves the deadline earlier).
-                        activity.end_when_idle();
-                        let at = now + busy_recheck;
-                        activity.arm(at);
-                        timer.as_mut().reset(at.into());
-                    }
-                    (_, at) => {
-                        let at = at.unwrap_or(now + busy_recheck);
-                        activity.arm(at);
-                        timer.as_mut().reset(at.into());
+        tokio::pin!(shutdown_steps);
+        let result = loop {
+            // The watchdog's waits are polled only when one of them woke the task (see
+            // `Quiet`): hyper's IO wakes it several times per request, and polling the three
+            // waits at each wake-up cost about 700 instructions a request.
+            let watchdog = Quiet::new(async {
+                tokio::select! {
+                    biased;
+                    _ = activity.changed(), if !ending => Watchdog::Changed,
+                    () = timer.as_mut(), if !ending => Watchdog::Timer,
+                    () = &mut shutdown_steps => Watchdog::Stopped,
+                }
+            });
+            let woke = tokio::select! {
+                biased;
+                // Polled where it lies (it is Unpin): pinned in a local of its own, hyper's
+                // connection would take its room twice in this future.
+                result = &mut conn => break result,
+                woke = watchdog => woke,
+            };
+            match woke {
+                Watchdog::Changed => {
+                    // A deadline moved earlier: set the timer for it (it may have passed already).
+                    let now = Instant::now();
+                    let at = activity.watch().deadline(http_request, http_keep_alive);
+                    let at = at.unwrap_or(now + busy_recheck);
+                    activity.arm(at);
+                    timer.as_mut().reset(at.into());
+                }
+                Watchdog::Timer => {
+                    let now = Instant::now();
+                    let watch = activity.watch();
+                    match (watch, watch.deadline(http_request, http_keep_alive)) {
+                        (Watch::Reading { since }, Some(at)) if at <= now => {
+                            activity.reply_and_end(errors::raw(&ctx.fe.config.error_pages, 408));
+                            bad_request(&ctx, since, 408, *b"cR");
+                            ending = true;
+                        }
+                        (Watch::Idle { .. }, Some(at)) if at <= now => {
+                            // Ends at hyper's next read unless a request is arriving; if one
+                            // is, keep watching it (its first byte moves the deadline earlier).
+                            activity.end_when_idle();
+                            let at = now + busy_recheck;
+                            activity.arm(at);
+                            timer.as_mut().reset(at.into());
+                        }
+                        (_, at) => {
+                            let at = at.unwrap_or(now + busy_recheck);
+                            activity.arm(at);
+                            timer.as_mut().reset(at.into());
+                        }
                     }
                 }
+                Watchdog::Stopped => return,
             }
-            Watchdog::Stopped => return,
-        }
-    };
-    let pending = forward::lock(&ctx.tunnel).take();
-    if let (Ok(()), Some(pending)) = (&result, pending) {
-        return tunnel::run(pending, &activity, tunnel_stop).await;
-    }
-    if let Err(e) = result {
-        let reading = match activity.watch() {
-            Watch::Reading { since } => Some(since),
+        };
+        let pending = forward::lock(&ctx.tunnel).take();
+        // Boxed: inline, the tunnel's state would be room this future keeps for the whole life
+        // of every connection, most of which never become tunnels.
+        let tunnel = match (&result, pending) {
+            (Ok(()), Some(pending)) => Some(Box::pin(tunnel::run(*pending, &activity, tunnel_stop))),
             _ => None,
         };
-        if e.is_parse() || e.is_parse_too_large() {
-            tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "bad request: {e}");
-            fe.errors.record(ctx.facts.client, e.to_string(), activity.take_head());
-            bad_request(&ctx, reading.unwrap_or_else(Instant::now), 400, *b"PR");
-        } else if let (true, Some(since)) = (e.is_incomplete_message(), reading) {
-            // The client went away in the middle of its request's head: HAProxy logs it as
-            // `400 CR-- <BADREQ>` (nothing was sent back; the status says what it would have been).
-            tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "client aborted its request: {e}");
-            bad_request(&ctx, since, 400, *b"CR");
+        if let Some(tunnel) = tunnel {
+            return tunnel.await;
+        }
+        if let Err(e) = result {
+            let reading = match activity.watch() {
+                Watch::Reading { since } => Some(since),
+                _ => None,
+            };
+            let fe = &ctx.fe;
+            if e.is_parse() || e.is_parse_too_large() {
+                tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "bad request: {e}");
+                fe.errors.record(ctx.facts.client, e.to_string(), activity.take_head());
+                bad_request(&ctx, reading.unwrap_or_else(Instant::now), 400, *b"PR");
+            } else if let (true, Some(since)) = (e.is_incomplete_message(), reading) {
+                // The client went away in the middle of its request's head: HAProxy logs it as
+                // `400 CR-- <BADREQ>` (nothing was sent back; the status says what it would
+                // have been).
+                tracing::debug!(frontend = fe.name(), client = ?ctx.facts.client, "client aborted its request: {e}");
+                bad_request(&ctx, since, 400, *b"CR");
+            }
         }
     }
 }

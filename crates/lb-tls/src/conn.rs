@@ -22,6 +22,7 @@ use crate::config::{BackendAddr, WriteProxy};
 use crate::copy;
 use crate::counted::Counted;
 use crate::drained::{Drained, ReadReady, Socket};
+use crate::ffi;
 use crate::library::reason_words;
 use crate::proxy_header;
 use crate::serve::{Admission, Shared};
@@ -79,7 +80,8 @@ where
             true => Some(proxy_header::read(&mut stream).await.map_err(|e| (Failure::ProxyHeader, e))?),
             false => None,
         };
-        let ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
+        let mut ssl = Ssl::new(&fe.acceptor.initial).map_err(|e| (Failure::Other, e.to_string()))?;
+        ffi::shed_handshake_config(&mut ssl);
         let mut tls = TlsStream::new(ssl, Socket::new(stream)).map_err(|e| (Failure::Other, e.to_string()))?;
         match tls.accept().await {
             Ok(()) => {
@@ -93,7 +95,10 @@ where
             }
         }
     };
-    let (received, mut tls) = match tokio::time::timeout(timeout, handshake).await {
+    // Boxed, as the backend's connect below, and freed once done: inline, its state (the
+    // PROXY header read, the handshake's own futures) would be room the connection's task
+    // keeps for its whole life.
+    let (received, mut tls) = match tokio::time::timeout(timeout, Box::pin(handshake)).await {
         Ok(Ok(done)) => done,
         Ok(Err((failure, reason))) => {
             stats.failed(failure);
@@ -112,32 +117,25 @@ where
     };
     let ssl = tls.ssl();
     stats.handshake(ssl.session_reused(), ssl.version_str(), ssl.current_cipher().map(|c| c.name()));
-    let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
-        Some((client, local)) => (Some(client), Some(local)),
-        None => (peer, local),
-    };
-    let header = match config.backend.write_proxy {
-        WriteProxy::V2 => proxy_header::v2(client, local, tls.ssl()),
-        WriteProxy::V1 => proxy_header::v1(client, local),
-        // Passed on as received, so the backend still learns the real client.
-        WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
-    };
+    let (client, header) = backend_header(config.backend.write_proxy, received, peer, local, tls.ssl());
     let address = &config.backend.address;
     let connect_timeout = config.global.backend_connect_timeout;
+    // The connects are boxed: their state is freed once done, not kept in the connection's
+    // task for its whole life.
     let why = match (&shared.hops, address) {
         // The header goes in the stream's OPEN.
-        (Some(hops), _) => match hops.open(&header).await {
+        (Some(hops), _) => match Box::pin(hops.open(&header)).await {
             Ok(stream) => return forward(tls, stream, Vec::new(), stats).await,
             Err(why) => why,
         },
-        (None, BackendAddr::Tcp(a)) => match connect_within(connect_timeout, TcpStream::connect(a)).await {
+        (None, BackendAddr::Tcp(a)) => match Box::pin(connect_within(connect_timeout, TcpStream::connect(a))).await {
             Ok(backend) => {
                 let _ = backend.set_nodelay(true);
                 return forward(tls, backend, header, stats).await;
             }
             Err(why) => why,
         },
-        (None, BackendAddr::Unix(p)) => match connect_within(connect_timeout, UnixStream::connect(p)).await {
+        (None, BackendAddr::Unix(p)) => match Box::pin(connect_within(connect_timeout, UnixStream::connect(p))).await {
             Ok(backend) => return forward(tls, backend, header, stats).await,
             Err(why) => why,
         },
@@ -152,6 +150,29 @@ where
         )
     });
     close(&mut tls).await;
+}
+
+/// The client the backend is told of, and the PROXY header that tells it. A function of its
+/// own so that the header received is not kept for the connection's life (an async function
+/// keeps room for a borrowed local until its scope ends).
+fn backend_header(
+    write_proxy: WriteProxy,
+    received: Option<proxy_header::Received>,
+    peer: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+    ssl: &openssl::ssl::SslRef,
+) -> (Option<SocketAddr>, Vec<u8>) {
+    let (client, local) = match received.as_ref().and_then(|r| r.addresses) {
+        Some((client, local)) => (Some(client), Some(local)),
+        None => (peer, local),
+    };
+    let header = match write_proxy {
+        WriteProxy::V2 => proxy_header::v2(client, local, ssl),
+        WriteProxy::V1 => proxy_header::v1(client, local),
+        // Passed on as received, so the backend still learns the real client.
+        WriteProxy::None => received.map(|r| r.bytes).unwrap_or_default(),
+    };
+    (client, header)
 }
 
 /// Acknowledge what the client sent without the kernel's delayed-ACK wait. A TLS 1.3 handshake

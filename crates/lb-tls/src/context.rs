@@ -151,7 +151,8 @@ fn context_for(
             builder.add_extra_chain_cert(extra.clone())?;
         }
         builder.set_private_key(&cert.key)?;
-        builder.check_private_key()
+        builder.check_private_key()?;
+        crate::proxy_header::keep_cert_tlvs(&mut builder, &cert.cert)
     })();
     installed.map_err(|e| (field.clone(), format!("{file}: {e}")))?;
     if let Some(response) = cert.ocsp.clone() {

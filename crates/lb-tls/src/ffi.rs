@@ -14,6 +14,7 @@
 //! - The zero-byte write ([`write_nothing`]), which the openssl crate skips.
 //! - A session added to a context's cache ([`add_session`]), which the openssl crate marks
 //!   unsafe: the session must come from that context (a reload hands them over).
+//! - The handshake's configuration freed once it is done ([`shed_handshake_config`], AWS-LC).
 #![allow(unsafe_code)]
 
 #[cfg(feature = "aws-lc")]
@@ -327,6 +328,21 @@ pub(crate) fn write_nothing(ssl: &SslRef) -> bool {
     // Whatever it pushed on this thread's error queue must not show up in a later call.
     drop(ErrorStack::get());
     code == openssl_sys::SSL_ERROR_WANT_WRITE
+}
+
+/// AWS-LC frees what only the handshake reads (the connection's copy of the configuration:
+/// certificate, cipher lists, ALPN and curve preferences; about 1 KiB) once the handshake is
+/// done, instead of keeping it for the connection's life. What is read of it afterwards must
+/// be kept elsewhere (the PROXY header's certificate TLVs are kept on the context). OpenSSL
+/// has no such switch.
+pub(crate) fn shed_handshake_config(ssl: &mut SslRef) {
+    #[cfg(feature = "aws-lc")]
+    // SAFETY: `ssl` is a live SSL not yet handshaking; the call sets one flag.
+    unsafe {
+        openssl_sys::SSL_set_shed_handshake_config(ssl.as_ptr(), 1)
+    };
+    #[cfg(not(feature = "aws-lc"))]
+    let _ = ssl;
 }
 
 /// `SSL_CTX_add_session`: `session` joins `ctx`'s session-ID cache. False when it was there.

@@ -8,8 +8,12 @@
 //! `SSL_KEY_ALG` (of the server certificate).
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 
-use openssl::ssl::SslRef;
+use openssl::error::ErrorStack;
+use openssl::ex_data::Index;
+use openssl::ssl::{SslContext, SslContextBuilder, SslRef};
+use openssl::x509::X509Ref;
 use tokio::io::AsyncRead;
 
 use lb_proxy_protocol::pp2::{
@@ -137,31 +141,53 @@ fn ssl_tlv(out: &mut Vec<u8>, ssl: &SslRef) {
     if let Some(cipher) = ssl.current_cipher() {
         tlv(out, PP2_SUBTYPE_SSL_CIPHER, cipher.name().as_bytes());
     }
-    if let Some(cert) = ssl.certificate() {
-        tlv(
-            out,
-            PP2_SUBTYPE_SSL_SIG_ALG,
-            cert.signature_algorithm().object().nid().short_name().unwrap_or("").as_bytes(),
-        );
-        if let Ok(key) = cert.public_key() {
-            let kind = match key.id() {
-                openssl::pkey::Id::RSA => "RSA",
-                openssl::pkey::Id::EC => "EC",
-                openssl::pkey::Id::ED25519 => "ED",
-                _ => "",
-            };
-            let mut text = [0u8; 16];
-            let written = {
-                use std::io::Write;
-                let mut cursor = std::io::Cursor::new(&mut text[..]);
-                let _ = write!(cursor, "{kind}{}", key.bits());
-                cursor.position() as usize
-            };
-            tlv(out, PP2_SUBTYPE_SSL_KEY_ALG, &text[..written]);
+    // The server certificate's, worked out when its context was built: by now the handshake's
+    // copy of the certificate is freed (`ffi::shed_handshake_config`).
+    if let Some(cert) = CERT_TLVS.get().and_then(|index| ssl.ssl_context().ex_data(*index)) {
+        tlv(out, PP2_SUBTYPE_SSL_SIG_ALG, cert.sig_alg.as_bytes());
+        if let Some(key_alg) = &cert.key_alg {
+            tlv(out, PP2_SUBTYPE_SSL_KEY_ALG, key_alg.as_bytes());
         }
     }
     let len = (out.len() - len_at - 2) as u16;
     out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
+}
+
+/// A server certificate's `SSL_SIG_ALG` and `SSL_KEY_ALG` values, kept on the context that
+/// serves it: AWS-LC frees a connection's copy of its certificate when the handshake ends
+/// (`ffi::shed_handshake_config`), before the header is built.
+#[derive(Debug)]
+struct CertTlvs {
+    sig_alg: Box<str>,
+    /// `None` when the key cannot be read.
+    key_alg: Option<Box<str>>,
+}
+
+/// Where each context keeps its certificate's TLVs (one index for the process).
+static CERT_TLVS: OnceLock<Index<SslContext, CertTlvs>> = OnceLock::new();
+
+/// Keeps `cert`'s TLVs on the context `b` builds, for the headers of its connections.
+pub(crate) fn keep_cert_tlvs(b: &mut SslContextBuilder, cert: &X509Ref) -> Result<(), ErrorStack> {
+    let index = match CERT_TLVS.get() {
+        Some(index) => *index,
+        None => {
+            // Two loads at once may each make one; the first kept serves both.
+            let fresh = SslContext::new_ex_index()?;
+            *CERT_TLVS.get_or_init(|| fresh)
+        }
+    };
+    let sig_alg = cert.signature_algorithm().object().nid().short_name().unwrap_or("").into();
+    let key_alg = cert.public_key().ok().map(|key| {
+        let kind = match key.id() {
+            openssl::pkey::Id::RSA => "RSA",
+            openssl::pkey::Id::EC => "EC",
+            openssl::pkey::Id::ED25519 => "ED",
+            _ => "",
+        };
+        format!("{kind}{}", key.bits()).into()
+    });
+    b.set_ex_data(index, CertTlvs { sig_alg, key_alg });
+    Ok(())
 }
 
 /// A PROXY header received from a load balancer in front: its exact bytes and what it says.

@@ -390,7 +390,7 @@ fn switch_protocols(
     parts.headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     parts.headers.insert(header::UPGRADE, protocol);
     let ctx = ex.ctx.clone();
-    *lock(&ctx.tunnel) = Some(tunnel::Pending { exchange: ex, client, server, timeout });
+    *lock(&ctx.tunnel) = Some(Box::new(tunnel::Pending { exchange: ex, client, server, timeout }));
     Response::from_parts(parts, ResponseBody::empty())
 }
 

@@ -132,12 +132,15 @@ async fn handshake(stream: TcpStream, server: Arc<ServerState>, buffer: usize) -
     // aborted, dropping the connection); errors are seen by the request that hit them.
     let id = server.sessions.id();
     let tracked = server.clone();
+    // With upgrades: after a 101 the socket goes to the tunnel (see `tunnel`).
+    let mut conn = conn.with_upgrades();
     // Boxed: tokio copies a task's future while spawning and finishing it, and a pointer is
     // cheaper to copy than hyper's connection state.
     let task = tokio::spawn(Box::pin(async move {
         let _registered = SessionGuard { sessions: &tracked.sessions, id };
-        // With upgrades: after a 101 the socket goes to the tunnel (see `tunnel`).
-        let _ = conn.with_upgrades().await;
+        // Polled where it lies (it is Unpin): moved into the await, hyper's connection would
+        // take its room twice in this future, for the life of the connection.
+        let _ = (&mut conn).await;
     }));
     server.sessions.track(id, task.abort_handle());
     Ok(sender)

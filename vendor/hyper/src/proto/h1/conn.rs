@@ -239,6 +239,11 @@ where
             }
         }
 
+        // A map given back by an idle connection of this thread, if there is one (a change to
+        // hyper 1.12.0 for lb-proxy: see `give_back_headers`).
+        if self.state.cached_headers.is_none() {
+            self.state.cached_headers = spare_headers();
+        }
         let msg = match self.io.parse::<T>(
             cx,
             ParseContext {
@@ -276,7 +281,7 @@ where
                 // header map kept for reuse goes, as the read buffer does, so that an idle
                 // connection holds none.
                 if self.io.read_buf().is_empty() {
-                    self.state.cached_headers = None;
+                    give_back_headers(self.state.cached_headers.take());
                 }
                 return Poll::Pending;
             }
@@ -560,6 +565,11 @@ where
                     }
                     Poll::Pending => {
                         trace!("maybe_notify; read_from_io blocked");
+                        // Nothing of a next message yet (a change to hyper 1.12.0 for
+                        // lb-proxy), as in `poll_read_head`: the header map kept for reuse
+                        // goes. A server connection gets here once its response is written
+                        // (the map it keeps is that response's), and may then idle for long.
+                        give_back_headers(self.state.cached_headers.take());
                         return;
                     }
                     Poll::Ready(Err(e)) => {
@@ -1184,6 +1194,26 @@ impl State {
         self.upgrade = Some(tx);
         rx
     }
+}
+
+// The header map an idle connection gives back (a change to hyper 1.12.0 for lb-proxy) is
+// kept, one per thread, for the next message any connection of the thread reads: an idle
+// connection holds none, and a busy one allocates none per request (its map goes back when it
+// waits for the next request, and comes back, this one or another's, when the request is
+// read).
+std::thread_local! {
+    static SPARE_HEADERS: std::cell::Cell<Option<HeaderMap>> = const { std::cell::Cell::new(None) };
+}
+
+fn give_back_headers(headers: Option<HeaderMap>) {
+    if let Some(headers) = headers {
+        // Past the thread's end (its locals already dropped), the map is simply dropped.
+        let _ = SPARE_HEADERS.try_with(|spare| spare.set(Some(headers)));
+    }
+}
+
+fn spare_headers() -> Option<HeaderMap> {
+    SPARE_HEADERS.try_with(|spare| spare.take()).ok().flatten()
 }
 
 #[cfg(test)]

@@ -33,44 +33,11 @@ mod stream;
 mod tests;
 
 pub use driver::Driver;
-pub use frame::{Frame, FrameError, Kind, HEADER_LEN, MAX_DATA, MAX_PAYLOAD, PREFACE};
+pub use frame::{Frame, Kind, HEADER_LEN, MAX_DATA, MAX_PAYLOAD, PREFACE};
 pub use stream::HopStream;
 
+use crate::Error;
 use state::{Conn, Side};
-
-/// Why a hop connection ended, or a stream could not be opened on it.
-#[derive(Debug, thiserror::Error)]
-pub enum HopError {
-    #[error("bad frame: {0}")]
-    Frame(#[from] FrameError),
-    #[error("the peer does not speak the hop protocol (it began with \"{0}\")")]
-    NotAHop(String),
-    #[error(
-        "the peer closed the connection before the hop's preface (not an accept_proxy bind of an lb-proxy that \
-         takes the multiplexed hop?)"
-    )]
-    NoPreface,
-    #[error("{0} frame from the wrong side")]
-    WrongSide(&'static str),
-    #[error("frame for stream {0}, which was never opened")]
-    UnknownStream(u32),
-    #[error("OPEN of stream {stream}, not above the last opened ({highest})")]
-    StreamReused { stream: u32, highest: u32 },
-    #[error("DATA on stream {0} after its SHUT")]
-    DataAfterShut(u32),
-    #[error("DATA of {len} bytes on stream {stream} past its window ({window} bytes)")]
-    FlowControl { stream: u32, len: usize, window: u32 },
-    #[error("WINDOW of {credit} bytes on stream {stream} past the largest window")]
-    CreditOverflow { stream: u32, credit: u32 },
-    #[error("connection closed inside a frame ({0} bytes of it received)")]
-    Truncated(usize),
-    #[error("connection closed with {0} streams open")]
-    ClosedWithStreams(usize),
-    #[error("{0}")]
-    Io(#[source] std::io::Error),
-    #[error("the hop connection takes no new streams ({0})")]
-    Refused(&'static str),
-}
 
 /// The connecting side (lb-tls): `io` is a fresh connection to the accepting side.
 pub fn connect<IO>(io: IO) -> (HopClient, Driver<IO>) {
@@ -94,18 +61,18 @@ pub struct HopClient {
 impl HopClient {
     /// A new stream, announced with `proxy_header` (the peer's facts of the client
     /// connection). Its bytes may be written at once: no round trip.
-    pub fn open(&self, proxy_header: &[u8]) -> Result<HopStream, HopError> {
+    pub fn open(&self, proxy_header: &[u8]) -> Result<HopStream, Error> {
         let mut inner = self.conn.lock();
         if inner.ended.is_some() {
-            return Err(HopError::Refused("it has ended"));
+            return Err(Error::HopRefused("it has ended"));
         }
         if inner.going_away {
-            return Err(HopError::Refused("the peer sent GOAWAY"));
+            return Err(Error::HopRefused("the peer sent GOAWAY"));
         }
         let id = inner.next_id;
         let Some(next) = id.checked_add(1) else {
             inner.going_away = true;
-            return Err(HopError::Refused("its stream ids are used up"));
+            return Err(Error::HopRefused("its stream ids are used up"));
         };
         inner.next_id = next;
         inner.streams.insert(id, state::Slot::new());

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::frame::{Frame, HEADER_LEN, MAX_PAYLOAD, PREFACE};
 use super::state::{Conn, Side};
-use super::HopError;
+use crate::Error;
 
 /// Rounds of writing and reading before the driver lets its thread's other tasks run.
 const BUDGET: usize = 32;
@@ -64,7 +64,7 @@ impl<IO> Driver<IO> {
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Future for Driver<IO> {
-    type Output = Result<(), HopError>;
+    type Output = Result<(), Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -89,7 +89,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Future for Driver<IO> {
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
-    fn finish(&mut self, result: Result<(), HopError>) -> Poll<Result<(), HopError>> {
+    fn finish(&mut self, result: Result<(), Error>) -> Poll<Result<(), Error>> {
         let why = match &result {
             Ok(()) => "closed by the peer".to_owned(),
             Err(e) => format!("failed: {e}"),
@@ -99,7 +99,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     }
 
     /// Writes what is queued; whether anything was written.
-    fn poll_send(&mut self, cx: &mut Context<'_>) -> Result<bool, HopError> {
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Result<bool, Error> {
         let mut wrote = false;
         loop {
             if self.sent == self.sending.len() {
@@ -122,7 +122,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                     // Idle and no new stream will come: the peer ends on our end of stream.
                     match Pin::new(&mut self.io).poll_shutdown(cx) {
                         Poll::Ready(Ok(())) => self.shut = true,
-                        Poll::Ready(Err(e)) => return Err(HopError::Io(e)),
+                        Poll::Ready(Err(e)) => return Err(Error::HopIo { source: e }),
                         Poll::Pending => {}
                     }
                     return Ok(wrote);
@@ -130,12 +130,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 std::mem::swap(&mut inner.out, &mut self.sending);
             }
             match Pin::new(&mut self.io).poll_write(cx, &self.sending[self.sent..]) {
-                Poll::Ready(Ok(0)) => return Err(HopError::Io(std::io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(0)) => return Err(Error::HopIo { source: std::io::ErrorKind::WriteZero.into() }),
                 Poll::Ready(Ok(n)) => {
                     self.sent += n;
                     wrote = true;
                 }
-                Poll::Ready(Err(e)) => return Err(HopError::Io(e)),
+                Poll::Ready(Err(e)) => return Err(Error::HopIo { source: e }),
                 Poll::Pending => return Ok(wrote),
             }
         }
@@ -143,7 +143,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
 
     /// One read, its frames handed to the streams: `Ok(true)` when bytes came, `Ok(false)` at
     /// the peer's end of stream.
-    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, HopError>> {
+    fn poll_receive(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, Error>> {
         if self.filled == self.read.len() && self.start > 0 {
             self.read.copy_within(self.start..self.filled, 0);
             self.filled -= self.start;
@@ -152,7 +152,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         let mut buf = ReadBuf::new(&mut self.read[self.filled..]);
         match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(HopError::Io(e))),
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(Error::HopIo { source: e })),
             Poll::Ready(Ok(())) => {}
         }
         let n = buf.filled().len();
@@ -163,7 +163,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
         Poll::Ready(self.decode().map(|()| true))
     }
 
-    fn decode(&mut self) -> Result<(), HopError> {
+    fn decode(&mut self) -> Result<(), Error> {
         if self.preface_due {
             let Some(first) = self.read.get(self.start..self.start + PREFACE.len()) else {
                 return Ok(());
@@ -172,7 +172,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 return Ok(());
             }
             if first != PREFACE {
-                return Err(HopError::NotAHop(String::from_utf8_lossy(first).escape_debug().to_string()));
+                return Err(Error::NotAHop(String::from_utf8_lossy(first).escape_debug().to_string()));
             }
             self.start += PREFACE.len();
             self.preface_due = false;
@@ -190,17 +190,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
     }
 
     /// The peer closed its side: a clean end only between frames and with no stream open.
-    fn at_end(&mut self) -> Result<(), HopError> {
+    fn at_end(&mut self) -> Result<(), Error> {
         if self.preface_due {
-            return Err(HopError::NoPreface);
+            return Err(Error::HopNoPreface);
         }
         if self.filled > self.start {
-            return Err(HopError::Truncated(self.filled - self.start));
+            return Err(Error::HopTruncated(self.filled - self.start));
         }
         let inner = self.conn.lock();
         match inner.streams.len() {
             0 => Ok(()),
-            open => Err(HopError::ClosedWithStreams(open)),
+            open => Err(Error::HopClosedWithStreams(open)),
         }
     }
 }

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::Error;
+
 /// What opens a multiplexed hop connection, written by both ends before any frame: distinct
 /// from a PROXY v1 line (`PROXY `), a PROXY v2 signature (`\r\n\r\n\0\r\nQ`) and HTTP/2's
 /// preface, so that a socket that takes PROXY headers can tell a hop from a client connection
@@ -49,27 +51,6 @@ const RESET: u8 = 3;
 const WINDOW: u8 = 4;
 const GOAWAY: u8 = 5;
 
-/// Why bytes are not a frame.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    #[error("unknown frame type {0:#04x}")]
-    UnknownType(u8),
-    #[error("{kind} frame with flags {flags:#04x} (none are defined)")]
-    Flags { kind: Kind, flags: u8 },
-    #[error("{kind} frame on stream 0")]
-    StreamZero { kind: Kind },
-    #[error("GOAWAY frame on stream {0} (it is for stream 0)")]
-    GoAwayOnStream(u32),
-    #[error("{kind} frame of {len} bytes (at most {max})")]
-    TooLong { kind: Kind, len: u32, max: usize },
-    #[error("{kind} frame of {len} bytes (exactly {want})")]
-    WrongLength { kind: Kind, len: u32, want: usize },
-    #[error("empty DATA frame on stream {0}")]
-    EmptyData(u32),
-    #[error("WINDOW frame granting 0 bytes on stream {0}")]
-    ZeroCredit(u32),
-}
-
 /// A frame's type, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -95,7 +76,7 @@ impl fmt::Display for Kind {
 }
 
 impl Kind {
-    fn of(byte: u8) -> Result<Kind, FrameError> {
+    fn of(byte: u8) -> Result<Kind, Error> {
         Ok(match byte {
             OPEN => Kind::Open,
             DATA => Kind::Data,
@@ -103,7 +84,7 @@ impl Kind {
             RESET => Kind::Reset,
             WINDOW => Kind::Window,
             GOAWAY => Kind::GoAway,
-            other => return Err(FrameError::UnknownType(other)),
+            other => return Err(Error::HopUnknownFrameType(other)),
         })
     }
 
@@ -132,7 +113,7 @@ impl Kind {
 impl<'a> Frame<'a> {
     /// The first frame in `buf` and how many bytes it took; `None` while `buf` holds less than a
     /// whole frame (the header, when present, is already judged).
-    pub fn decode(buf: &'a [u8]) -> Result<Option<(Frame<'a>, usize)>, FrameError> {
+    pub fn decode(buf: &'a [u8]) -> Result<Option<(Frame<'a>, usize)>, Error> {
         let Some(head) = buf.get(..HEADER_LEN) else {
             return Ok(None);
         };
@@ -142,24 +123,24 @@ impl<'a> Frame<'a> {
         let stream = word(2);
         let len = word(6);
         if flags != 0 {
-            return Err(FrameError::Flags { kind, flags });
+            return Err(Error::HopFrameFlags { kind, flags });
         }
         match (kind, stream) {
             (Kind::GoAway, 0) => {}
-            (Kind::GoAway, other) => return Err(FrameError::GoAwayOnStream(other)),
-            (kind, 0) => return Err(FrameError::StreamZero { kind }),
+            (Kind::GoAway, other) => return Err(Error::HopGoAwayOnStream(other)),
+            (kind, 0) => return Err(Error::HopStreamZero { kind }),
             _ => {}
         }
         let (least, most) = kind.lengths();
         let size = len as usize;
         if least == most && size != most {
-            return Err(FrameError::WrongLength { kind, len, want: most });
+            return Err(Error::HopFrameWrongLength { kind, len, want: most });
         }
         if size > most {
-            return Err(FrameError::TooLong { kind, len, max: most });
+            return Err(Error::HopFrameTooLong { kind, len, max: most });
         }
         if size < least {
-            return Err(FrameError::EmptyData(stream));
+            return Err(Error::HopEmptyData(stream));
         }
         let Some(payload) = buf.get(HEADER_LEN..HEADER_LEN + size) else {
             return Ok(None);
@@ -172,7 +153,7 @@ impl<'a> Frame<'a> {
             Kind::Window => {
                 let credit = payload.try_into().map_or(0, u32::from_be_bytes);
                 if credit == 0 {
-                    return Err(FrameError::ZeroCredit(stream));
+                    return Err(Error::HopZeroCredit(stream));
                 }
                 Frame::Window { stream, credit }
             }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use super::frame::{Frame, MAX_DATA};
-use super::HopError;
+use crate::Error;
 
 /// What each end may send on a stream before the reader grants more: four DATA frames, so
 /// that a 64 KiB response and its head cross without waiting for credit (with one frame's
@@ -171,7 +171,7 @@ impl Inner {
     }
 
     /// One frame from the peer.
-    pub(crate) fn receive(&mut self, frame: Frame<'_>) -> Result<(), HopError> {
+    pub(crate) fn receive(&mut self, frame: Frame<'_>) -> Result<(), Error> {
         match frame {
             Frame::Open { stream, header } => self.open_from_peer(stream, header),
             Frame::Data { stream, bytes } => {
@@ -179,10 +179,10 @@ impl Inner {
                     return Ok(());
                 };
                 if slot.recv_shut {
-                    return Err(HopError::DataAfterShut(stream));
+                    return Err(Error::HopDataAfterShut(stream));
                 }
                 if bytes.len() > slot.recv_window as usize {
-                    return Err(HopError::FlowControl { stream, len: bytes.len(), window: slot.recv_window });
+                    return Err(Error::HopFlowControl { stream, len: bytes.len(), window: slot.recv_window });
                 }
                 slot.recv_window -= bytes.len() as u32;
                 if slot.orphan {
@@ -238,14 +238,14 @@ impl Inner {
                     .send_credit
                     .checked_add(credit)
                     .filter(|c| *c <= 2 * INITIAL_WINDOW)
-                    .ok_or(HopError::CreditOverflow { stream, credit })?;
+                    .ok_or(Error::HopCreditOverflow { stream, credit })?;
                 if let Some(w) = slot.writer.take() {
                     w.wake();
                 }
                 Ok(())
             }
             Frame::GoAway => match self.side {
-                Side::Accepting => Err(HopError::WrongSide("GOAWAY")),
+                Side::Accepting => Err(Error::HopWrongSide("GOAWAY")),
                 Side::Connecting => {
                     self.going_away = true;
                     self.wake_driver();
@@ -257,23 +257,23 @@ impl Inner {
 
     /// The stream a frame is for: `None` for one that has ended here (the frame crossed our
     /// RESET or close); an error for one never opened.
-    fn known(&mut self, stream: u32) -> Result<Option<&mut Slot>, HopError> {
+    fn known(&mut self, stream: u32) -> Result<Option<&mut Slot>, Error> {
         let opened = match self.side {
             Side::Connecting => stream < self.next_id,
             Side::Accepting => stream <= self.highest_id,
         };
         if !opened {
-            return Err(HopError::UnknownStream(stream));
+            return Err(Error::HopUnknownStream(stream));
         }
         Ok(self.streams.get_mut(&stream))
     }
 
-    fn open_from_peer(&mut self, stream: u32, header: &[u8]) -> Result<(), HopError> {
+    fn open_from_peer(&mut self, stream: u32, header: &[u8]) -> Result<(), Error> {
         if self.side == Side::Connecting {
-            return Err(HopError::WrongSide("OPEN"));
+            return Err(Error::HopWrongSide("OPEN"));
         }
         if stream <= self.highest_id {
-            return Err(HopError::StreamReused { stream, highest: self.highest_id });
+            return Err(Error::HopStreamReused { stream, highest: self.highest_id });
         }
         self.highest_id = stream;
         if self.handles == 0 || self.streams.len() >= MAX_STREAMS {

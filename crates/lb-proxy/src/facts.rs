@@ -29,7 +29,6 @@ pub(crate) struct ConnFacts {
 }
 
 impl ConnFacts {
-    /// Facts of a connection with no PROXY header.
     /// What a PROXY header says, over what the socket said.
     pub(crate) fn take_header(&mut self, header: lb_proxy_protocol::ProxyHeader) {
         if header.client.is_some() {
@@ -40,6 +39,7 @@ impl ConnFacts {
         self.authority = header.authority;
     }
 
+    /// Facts of a connection with no PROXY header.
     pub(crate) fn from_socket(client: Option<SocketAddr>) -> Self {
         ConnFacts {
             client,

@@ -83,14 +83,10 @@ impl HopClient {
 
     /// Whether new streams may be opened: the connection has not ended and the peer did not
     /// send GOAWAY. When not, open a new connection for new streams; this one's finish.
-    pub fn is_open(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_open(&self) -> bool {
         let inner = self.conn.lock();
         inner.ended.is_none() && !inner.going_away
-    }
-
-    /// Streams open on the connection.
-    pub fn streams(&self) -> usize {
-        self.conn.lock().streams.len()
     }
 }
 

@@ -44,23 +44,18 @@ pub(super) async fn serve(
     tokio::pin!(draining);
     let mut went_away = false;
     loop {
-        let permits = tokio::select! {
+        // A stream waits for its permits, then comes; a drain meanwhile says GOAWAY once and
+        // goes on serving what lb-tls opened before it saw it. (Cancelling the wait drops
+        // permits not yet used, and `accept` takes a stream only when it returns one.)
+        let next = async { Some((permits(&proxy, &fe).await?, incoming.accept().await?)) };
+        let (permits, (stream, header)) = tokio::select! {
             biased;
             () = &mut draining, if !went_away => {
                 incoming.go_away();
                 went_away = true;
                 continue;
             }
-            p = permits(&proxy, &fe) => match p { Some(p) => p, None => break },
-        };
-        let (stream, header) = tokio::select! {
-            biased;
-            () = &mut draining, if !went_away => {
-                incoming.go_away();
-                went_away = true;
-                continue;
-            }
-            next = incoming.accept() => match next { Some(next) => next, None => break },
+            next = next => match next { Some(next) => next, None => break },
         };
         let mut facts = ConnFacts::from_socket(peer);
         match lb_proxy_protocol::parse(&header) {

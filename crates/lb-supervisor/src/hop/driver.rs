@@ -165,12 +165,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
 
     fn decode(&mut self) -> Result<(), Error> {
         if self.preface_due {
-            let Some(first) = self.read.get(self.start..self.start + PREFACE.len()) else {
-                return Ok(());
-            };
-            if self.filled - self.start < PREFACE.len() {
-                return Ok(());
-            }
+            let Some(first) = self.read[self.start..self.filled].get(..PREFACE.len()) else { return Ok(()) };
             if first != PREFACE {
                 return Err(Error::NotAHop(String::from_utf8_lossy(first).escape_debug().to_string()));
             }

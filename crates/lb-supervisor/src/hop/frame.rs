@@ -179,7 +179,7 @@ impl<'a> Frame<'a> {
 }
 
 /// Appends a DATA frame of `bufs`' bytes, their first `len` only (`len` at most [`MAX_DATA`]).
-pub(crate) fn encode_data(out: &mut Vec<u8>, stream: u32, bufs: &[&[u8]], len: usize) {
+pub(crate) fn encode_data(out: &mut Vec<u8>, stream: u32, bufs: &[impl std::ops::Deref<Target = [u8]>], len: usize) {
     assert!((1..=MAX_DATA).contains(&len), "a DATA frame of {len} bytes");
     head(out, Kind::Data, stream, len);
     let mut left = len;

@@ -191,10 +191,7 @@ impl Inner {
                     self.send(Frame::Reset { stream });
                     return Ok(());
                 }
-                if slot.recv_at == slot.recv.len() {
-                    slot.recv.clear();
-                    slot.recv_at = 0;
-                }
+                // (A drained buffer was given back by the reader: `recv_at` is 0 here or bytes wait.)
                 slot.recv.extend_from_slice(bytes);
                 if let Some(w) = slot.reader.take() {
                     w.wake();

@@ -2,6 +2,7 @@
 //! `poll_shutdown` a half-close, so that code written for a socket serves it unchanged.
 
 use std::io;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -35,7 +36,7 @@ impl HopStream {
         io::Error::new(io::ErrorKind::ConnectionReset, "hop stream reset by the peer")
     }
 
-    fn write_from(&self, cx: &mut Context<'_>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
+    fn write_from(&self, cx: &mut Context<'_>, bufs: &[impl Deref<Target = [u8]>]) -> Poll<io::Result<usize>> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let mut inner = self.conn.lock();
         let slot = match writable(&mut inner, self.id) {
@@ -109,8 +110,7 @@ impl AsyncWrite for HopStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         // One DATA frame for a response head and its body.
-        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.write_from(cx, &slices)
+        self.write_from(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -33,6 +33,8 @@ use tokio::sync::mpsc;
 const INBOX: usize = 1024;
 /// The largest datagram a client sends us: the endpoint's `max_udp_payload_size`.
 pub(crate) const MAX_DATAGRAM: usize = 1472;
+/// Datagrams read into one block before a new one is taken.
+const DATAGRAMS_PER_BLOCK: usize = 8;
 
 type Datagram = (SocketAddr, Bytes);
 
@@ -127,7 +129,11 @@ impl Sockets {
                 }
                 let mut block = BytesMut::new();
                 loop {
-                    block.reserve(MAX_DATAGRAM);
+                    // A block holds several datagrams (one allocation for them, then each split
+                    // off); a new one only when the rest cannot hold a whole datagram.
+                    if block.capacity() < MAX_DATAGRAM {
+                        block = BytesMut::with_capacity(DATAGRAMS_PER_BLOCK * MAX_DATAGRAM);
+                    }
                     // Each with its real source, not `peer`: between bind() and connect() the
                     // socket is as unconnected as the shared one, and the kernel may queue there
                     // any client's datagram (another client's Initial, say), still read after
@@ -143,7 +149,7 @@ impl Sockets {
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => block.clear(),
+                        Err(_) => {}
                     }
                 }
             }

@@ -276,12 +276,13 @@ async fn at_max_connections_nothing_more_is_accepted_until_one_ends() {
 /// The server certificate's signature and key algorithms reach the backend in the PROXY v2
 /// header (`SSL_SIG_ALG`, `SSL_KEY_ALG`), for the default certificate and for one SNI picks.
 /// lb-tls lets the TLS library free a connection's copy of its certificate once the handshake
-/// is done, so these are kept with each certificate instead.
+/// is done, so these are kept with each certificate instead. The default is ECDSA, the other
+/// RSA from an RSA CA: each SNI must get its own certificate's algorithms, not the default's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_v2_names_the_server_certificates_algorithms() {
     let certs = TestCerts::new();
     let api = certs.server("api", &["api.example.test"]).display().to_string();
-    let other = certs.server("other", &["other.example.test"]).display().to_string();
+    let other = certs.server_rsa("other", &["other.example.test"]).display().to_string();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the backend");
     let backend = listener.local_addr().expect("backend address");
     let tls = TlsProcess::start_with(1, move |ports| {
@@ -299,8 +300,12 @@ frontends:
             port = ports[0]
         )
     });
-    for sni in ["api.example.test", "other.example.test"] {
-        let (addr, ca) = (tls.addr(), certs.ca().display().to_string());
+    let expected = [
+        ("api.example.test", certs.ca(), "ecdsa-with-SHA256", "EC256"),
+        ("other.example.test", certs.rsa_ca(), "RSA-SHA256", "RSA2048"),
+    ];
+    for (sni, ca, sig_alg, key_alg) in expected {
+        let (addr, ca) = (tls.addr(), ca.display().to_string());
         let client = tokio::task::spawn_blocking(move || {
             s_client(addr, &["-servername", sni, "-CAfile", &ca], b"", Duration::from_secs(10))
         });
@@ -310,15 +315,12 @@ frontends:
             .expect("accept");
         let tlvs = proxy_v2_tlvs(&mut conn).await;
         drop(conn);
-        client.await.expect("s_client");
+        let served = client.await.expect("s_client");
+        assert_eq!(served.subject_cn(), Some(sni), "the certificate for {sni}: {}", served.text());
         assert_eq!(tlvs.get(&0x02).map(Vec::as_slice), Some(sni.as_bytes()), "SNI: {tlvs:?}");
         let ssl = ssl_sub_tlvs(tlvs.get(&0x20).expect("PP2_TYPE_SSL"));
-        assert_eq!(
-            ssl.get(&0x24).map(Vec::as_slice),
-            Some(&b"ecdsa-with-SHA256"[..]),
-            "SSL_SIG_ALG for {sni}: {ssl:?}"
-        );
-        assert_eq!(ssl.get(&0x25).map(Vec::as_slice), Some(&b"EC256"[..]), "SSL_KEY_ALG for {sni}: {ssl:?}");
+        assert_eq!(ssl.get(&0x24).map(Vec::as_slice), Some(sig_alg.as_bytes()), "SSL_SIG_ALG for {sni}: {ssl:?}");
+        assert_eq!(ssl.get(&0x25).map(Vec::as_slice), Some(key_alg.as_bytes()), "SSL_KEY_ALG for {sni}: {ssl:?}");
     }
 }
 

@@ -8,49 +8,21 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use lb_testkit::certs::TestCerts;
 use lb_testkit::lbctl::Role;
 use lb_testkit::sclient::curl;
-use lb_testkit::{single_backend, wait_until, ProxyProcess, TestServer, TlsChain, TlsProcess};
+use lb_testkit::{wait_until, ChainOptions, TestServer, TlsChain, TlsProcess};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// lb-proxy with JSON access logs on an `accept_proxy` bind, lb-tls multiplexing to it.
-struct Chain {
-    _certs: TestCerts,
-    _server: TestServer,
-    proxy: ProxyProcess,
-    tls: TlsProcess,
-    ca: String,
-}
-
-fn chain(alpn: &str) -> Chain {
-    let certs = TestCerts::new();
+/// lb-proxy with JSON access logs behind lb-tls multiplexing to it with two threads; the server
+/// it forwards to.
+fn chain(alpn: &str) -> (TestServer, TlsChain, String) {
     let server = TestServer::start("s1");
     let head = "global:\n  log: { format: json }\ndefaults:\n  timeouts: { connect: 1s, client: 5s, server: 5s, http_request: 2s }\n";
-    let proxy = ProxyProcess::start_with(1, single_backend(head, "accept_proxy: true", ("s1", server.addr())));
-    let api = certs.server("api", &["api.example.test"]).display().to_string();
-    let hop = proxy.addr();
-    let alpn = alpn.to_owned();
-    let tls = TlsProcess::start_with(1, move |ports| {
-        format!(
-            r#"global:
-  control_socket: master.sock
-  worker_threads: 2
-tls:
-  certificates: [ {api} ]
-  alpn_protocols: {alpn}
-backend:
-  address: "{hop}"
-  multiplex: true
-frontends:
-  - bind: "127.0.0.1:{port}"
-"#,
-            port = ports[0]
-        )
-    });
-    let ca = certs.ca().display().to_string();
-    Chain { _certs: certs, _server: server, proxy, tls, ca }
+    let options = ChainOptions { multiplex: true, proxy_head: head, tls_global: "worker_threads: 2" };
+    let chain = TlsChain::start_with(server.addr(), alpn, options);
+    let ca = chain.certs.ca().display().to_string();
+    (server, chain, ca)
 }
 
 fn url(tls: &TlsProcess, path: &str) -> (String, String) {
@@ -79,7 +51,7 @@ fn established_to(to: SocketAddr) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_facts_reach_lb_proxy_over_one_hop_connection() {
-    let Chain { _certs, _server, proxy, tls, ca } = chain("[ http/1.1 ]");
+    let (_server, TlsChain { proxy, tls, certs: _certs }, ca) = chain("[ http/1.1 ]");
     for i in 0..4 {
         let (u, resolve) = url(&tls, &format!("/echo?n={i}"));
         let r = curl(&u, &["--cacert", &ca, "--resolve", &resolve, "-o", "/dev/null", "-w", "%{local_port}"]);
@@ -100,7 +72,7 @@ async fn client_facts_reach_lb_proxy_over_one_hop_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_clients_through_the_hop() {
-    let Chain { _certs, _server, proxy, tls, ca } = chain("[ h2, http/1.1 ]");
+    let (_server, TlsChain { proxy, tls, certs: _certs }, ca) = chain("[ h2, http/1.1 ]");
     let (first, resolve) = url(&tls, "/echo?h2=1");
     let (second, _) = url(&tls, "/echo?h2=2");
     let r = curl(
@@ -130,7 +102,7 @@ async fn http2_clients_through_the_hop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_both_ways_and_a_slow_reader_holds_up_no_one() {
-    let Chain { _certs, _server, proxy: _proxy, tls, ca } = chain("[ http/1.1 ]");
+    let (_server, TlsChain { proxy: _proxy, tls, certs: _certs }, ca) = chain("[ http/1.1 ]");
     const BIG: usize = 16 * 1024 * 1024;
     let (u, resolve) = url(&tls, &format!("/bytes?n={BIG}"));
     let r = curl(&u, &["--cacert", &ca, "--resolve", &resolve, "-o", "/dev/null", "-w", "%{size_download}"]);

@@ -1,7 +1,8 @@
 //! lb-watcher against a real ZooKeeper: registrations become servers in the file after the
 //! collect window, re-registrations and bursts change nothing or once, removals are throttled,
 //! an empty backend is refused, ZooKeeper outages and session expiry write nothing and resync
-//! after, bad nodes are skipped with one warning, an ensemble losing its leader is survived.
+//! after, bad nodes are skipped with one warning (at the start or after the first apply), an
+//! ensemble losing its leader is survived.
 //! lb-proxy is not running here: the reload command is `true`, and the file is what is checked.
 
 use std::path::{Path, PathBuf};
@@ -53,6 +54,20 @@ fn names(list: &[&str]) -> Vec<String> {
 async fn wait_servers(out: &Path, want: &[&str], within: Duration) -> bool {
     let want = names(want);
     wait_until(within, || servers_in(out) == want).await
+}
+
+/// ZooKeeper with `web1` registered, and lb-watcher (sessions of `session_timeout`) once it has
+/// written `web1` to the file.
+async fn web1_written(session_timeout: &str) -> (ZkServer, Setup, ZkClient, WatcherProcess) {
+    let zk = ZkServer::start();
+    let s = setup();
+    let client = ZkClient::connect(&zk.connect_string()).await;
+    client.mkdir(DIR).await;
+    client.register(DIR, "web1", "10.0.0.5").await;
+    let yaml = watcher_yaml(&zk.connect_string(), session_timeout, QUICK);
+    let watcher = WatcherProcess::start(s.dir.path(), &yaml).await;
+    assert!(wait_servers(&s.out, &["web1"], Duration::from_secs(10)).await, "{:?}", servers_in(&s.out));
+    (zk, s, client, watcher)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,6 +231,29 @@ async fn malformed_and_foreign_nodes_are_skipped_with_one_warning() {
     assert!(zk.is_serving());
 }
 
+/// After the first apply lb-watcher checks only the servers a change adds: a registration that
+/// would make a server lb-proxy refuses (an address that is not one, a name lb-config forbids)
+/// is still refused, named by its node, and the file stays as it was; a good registration
+/// after it goes through without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_registration_after_the_first_apply_is_named_and_the_file_kept() {
+    let (_zk, s, client, watcher) = web1_written("4s").await;
+    let running = std::fs::read(&s.out).expect("the written file");
+    client.register(DIR, "web2", "10.0.0.300").await;
+    client.register(DIR, "web!3", "10.0.0.7").await;
+    for (node, reason) in [("web2", "address `10.0.0.300` is not an IP address"), ("web!3", "not a valid server name")]
+    {
+        let line = watcher.wait_for_stderr(&format!("skipping node {DIR}/{node} "), Duration::from_secs(10)).await;
+        assert!(line.contains(reason), "{node}: {line}");
+    }
+    // Past the collect window: nothing was written.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(std::fs::read(&s.out).expect("the file") == running, "the file changed: {:?}", servers_in(&s.out));
+    client.register(DIR, "web4", "10.0.0.8").await;
+    assert!(wait_servers(&s.out, &["web1", "web4"], Duration::from_secs(10)).await, "{:?}", servers_in(&s.out));
+    assert_eq!(watcher.metric("lb_watcher_skipped_nodes_total").await, 2);
+}
+
 /// Checks the file keeps `want` while `during` runs: returns how many distinct contents seen.
 async fn sample_file(out: &Path, for_how_long: Duration) -> Vec<Vec<String>> {
     let mut seen: Vec<Vec<String>> = Vec::new();
@@ -269,13 +307,7 @@ async fn zookeeper_killed_and_restarted_writes_nothing_then_resyncs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_expiry_is_followed_by_a_new_session_and_a_full_re_read() {
-    let zk = ZkServer::start();
-    let s = setup();
-    let client = ZkClient::connect(&zk.connect_string()).await;
-    client.mkdir(DIR).await;
-    client.register(DIR, "web1", "10.0.0.5").await;
-    let watcher = WatcherProcess::start(s.dir.path(), &watcher_yaml(&zk.connect_string(), "1s", QUICK)).await;
-    assert!(wait_servers(&s.out, &["web1"], Duration::from_secs(10)).await);
+    let (_zk, s, client, watcher) = web1_written("1s").await;
     let session = watcher.status().await["zookeeper"]["session_id"].clone();
 
     // Frozen longer than its session timeout: ZooKeeper expires the session.
@@ -383,13 +415,7 @@ async fn a_failing_reload_command_is_retried_and_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lbctl_register_registers_until_sigterm() {
-    let zk = ZkServer::start();
-    let s = setup();
-    let client = ZkClient::connect(&zk.connect_string()).await;
-    client.mkdir(DIR).await;
-    client.register(DIR, "web1", "10.0.0.5").await;
-    let watcher = WatcherProcess::start(s.dir.path(), &watcher_yaml(&zk.connect_string(), "4s", QUICK)).await;
-    assert!(wait_servers(&s.out, &["web1"], Duration::from_secs(10)).await);
+    let (zk, s, client, watcher) = web1_written("4s").await;
 
     let mut lbctl = std::process::Command::new(lb_testkit::bin_path("lbctl"))
         .args(["register", "--zk", &zk.connect_string(), "--path", DIR, "--name", "web9", "--address", "10.0.0.9"])

@@ -18,7 +18,9 @@ pub(crate) const LOG_TAG: &str = "haproxy";
 pub(crate) const RUNTIME_NAME: &str = "lb-proxy";
 pub(crate) const CLOSE_SPREAD: Duration = Duration::from_secs(5);
 pub(crate) const RETRIES: u32 = 3;
-pub(crate) const MAX_HEADER_SIZE: usize = 16 * 1024;
+/// `max_header_size` when neither a frontend nor `defaults` says (HAProxy's `tune.bufsize`);
+/// lb-proxy sizes its server connections' buffers by it when no frontend says otherwise.
+pub const MAX_HEADER_SIZE: usize = 16 * 1024;
 /// hyper refuses read buffers smaller than this.
 pub(crate) const MIN_HEADER_SIZE: usize = 8 * 1024;
 pub(crate) const MAX_MAX_HEADER_SIZE: usize = 1024 * 1024;

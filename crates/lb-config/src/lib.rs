@@ -55,6 +55,7 @@ mod units;
 mod validate;
 
 pub use check::Checker;
+pub use defaults::MAX_HEADER_SIZE as DEFAULT_MAX_HEADER_SIZE;
 pub use error::{Diagnostic, DiagnosticLines, Error};
 /// Locating values in YAML text and turning serde's errors into diagnostics, shared with the
 /// other daemons' configurations (lb-tls, lb-watcher) so that every file reports

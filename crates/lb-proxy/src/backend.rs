@@ -42,7 +42,7 @@ pub(crate) use sessions::SessionGuard;
 
 /// hyper's buffer on server connections when no frontend says otherwise: lb-config's default
 /// `max_header_size`, HAProxy's default `tune.bufsize`.
-const DEFAULT_HEAD_BUFFER: usize = 16 * 1024;
+const DEFAULT_HEAD_BUFFER: usize = lb_config::DEFAULT_MAX_HEADER_SIZE;
 
 /// Every backend of one config, by name. A new config (reload) gets new `Backends`.
 #[derive(Debug)]

@@ -42,14 +42,14 @@ use state::{Conn, Side};
 /// The connecting side (lb-tls): `io` is a fresh connection to the accepting side.
 pub fn connect<IO>(io: IO) -> (HopClient, Driver<IO>) {
     let conn = Conn::new(Side::Connecting);
-    (HopClient { conn: conn.clone() }, Driver::new(conn, io, Side::Connecting, true))
+    (HopClient { conn: conn.clone() }, Driver::new(conn, io))
 }
 
 /// The accepting side (lb-proxy), on a connection whose first bytes, [`PREFACE`], the caller
 /// has already read (to tell it from a connection with a PROXY header).
 pub fn accept<IO>(io: IO) -> (Incoming, Driver<IO>) {
     let conn = Conn::new(Side::Accepting);
-    (Incoming { conn: conn.clone() }, Driver::new(conn, io, Side::Accepting, false))
+    (Incoming { conn: conn.clone() }, Driver::new(conn, io))
 }
 
 /// Opens streams on one hop connection.
@@ -93,7 +93,7 @@ impl HopClient {
 impl Drop for HopClient {
     fn drop(&mut self) {
         let mut inner = self.conn.lock();
-        inner.handles = 0;
+        inner.handle = false;
         // Once its streams have ended, the driver closes the connection.
         inner.wake_driver();
     }
@@ -136,7 +136,7 @@ impl Incoming {
 impl Drop for Incoming {
     fn drop(&mut self) {
         let mut inner = self.conn.lock();
-        inner.handles = 0;
+        inner.handle = false;
         // Opened and never accepted: refused.
         while let Some((stream, _)) = inner.incoming.pop_front() {
             inner.streams.remove(&stream);

@@ -150,20 +150,15 @@ impl Splitter {
         }
     }
 
-    /// Where a connection accepted here goes: `None` to keep it.
-    fn theirs(&self) -> Option<ChannelSender> {
-        let route = self.inner.route.borrow();
-        let Route::Split { theirs_ppm, link } = &*route else { return None };
+    /// Where a connection accepted here on `route` goes: `None` to keep it.
+    fn theirs(&self, route: &Route) -> Option<ChannelSender> {
+        let Route::Split { theirs_ppm, link } = route else { return None };
         let k = self.inner.routed.fetch_add(1, Ordering::Relaxed);
         // Connection k is theirs when floor((k+1)·share) > floor(k·share): exactly the share,
         // to one connection, spread evenly.
         let share = u64::from(*theirs_ppm);
         let whole = u64::from(Share::WHOLE);
         ((k + 1) * share / whole > k * share / whole).then(|| link.clone())
-    }
-
-    fn holds(&self) -> bool {
-        matches!(*self.inner.route.borrow(), Route::Hold)
     }
 
     /// Send a connection accepted here to the peer; if it cannot go, serve it here.
@@ -223,7 +218,9 @@ impl Splitter {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut ports = self.inner.ports.lock().unwrap_or_else(PoisonError::into_inner);
         ports.insert(address.clone(), tx);
-        Port { splitter: self.clone(), address, rx: tokio::sync::Mutex::new(rx) }
+        let mut route = self.inner.route.subscribe();
+        let current = route.borrow_and_update().clone();
+        Port { splitter: self.clone(), address, state: tokio::sync::Mutex::new(PortState { rx, route, current }) }
     }
 }
 
@@ -243,7 +240,26 @@ async fn send_back(address: &ListenAddr, handed: Handed) {
 pub(crate) struct Port {
     splitter: Splitter,
     address: ListenAddr,
-    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Handed>>,
+    state: tokio::sync::Mutex<PortState>,
+}
+
+/// What the accept loop works with.
+#[derive(Debug)]
+struct PortState {
+    /// Connections handed over for this address.
+    rx: mpsc::UnboundedReceiver<Handed>,
+    route: watch::Receiver<Route>,
+    /// The route as last read from `route`: read again only when it changed (a canary's start
+    /// and end), not at every accept.
+    current: Route,
+}
+
+impl PortState {
+    fn refresh(&mut self) {
+        if self.route.has_changed().unwrap_or(false) {
+            self.current = self.route.borrow_and_update().clone();
+        }
+    }
 }
 
 impl Port {
@@ -254,24 +270,26 @@ impl Port {
     /// The next connection for this worker on `socket`: one handed over, or one accepted
     /// that is ours. Cancel-safe: a connection accepted is routed before anything is awaited.
     pub(crate) async fn accept(&self, socket: &Socket, keepalive: Option<Duration>) -> io::Result<Accepted> {
-        let mut rx = self.rx.lock().await;
+        let mut state = self.state.lock().await;
+        let state = &mut *state;
         loop {
-            if self.splitter.holds() {
-                let mut route = self.splitter.inner.route.subscribe();
-                if self.splitter.holds() {
-                    tokio::select! {
-                        Some(handed) = rx.recv() => return socket.adopt(handed.fd, keepalive),
-                        _ = route.changed() => {}
-                    }
+            state.refresh();
+            if let Route::Hold = state.current {
+                tokio::select! {
+                    Some(handed) = state.rx.recv() => return socket.adopt(handed.fd, keepalive),
+                    // Seen once it resolves: read here, not by `refresh`.
+                    _ = state.route.changed() => {}
                 }
+                state.current = state.route.borrow_and_update().clone();
                 continue;
             }
             tokio::select! {
                 biased;
-                Some(handed) = rx.recv() => return socket.adopt(handed.fd, keepalive),
+                Some(handed) = state.rx.recv() => return socket.adopt(handed.fd, keepalive),
                 accepted = socket.accept_raw() => {
                     let accepted = accepted?;
-                    match self.splitter.theirs() {
+                    state.refresh();
+                    match self.splitter.theirs(&state.current) {
                         Some(link) => {
                             let fd = accepted.into_fd()?;
                             self.splitter.hand_over(link, self.address.clone(), fd);
@@ -287,7 +305,7 @@ impl Port {
 impl Drop for Port {
     /// The accept loop ended (the worker drains): what was handed over and not taken goes back.
     fn drop(&mut self) {
-        let rx = self.rx.get_mut();
+        let rx = &mut self.state.get_mut().rx;
         rx.close();
         let mut left = Vec::new();
         while let Ok(handed) = rx.try_recv() {

@@ -84,7 +84,7 @@ pub use nix::sys::signal::Signal;
 pub use proxy::{run_lb_proxy, single_backend, write_config_in, ProxyProcess, StartError, StartOptions};
 pub use server::{RecordedRequest, TestServer};
 pub use tcp::{Blackhole, TcpEchoServer, ECHO_TRAILER};
-pub use tls::{run_lb_tls, TlsChain, TlsProcess};
+pub use tls::{run_lb_tls, ChainOptions, TlsChain, TlsProcess};
 pub use watcher::{watched_proxy_yaml, WatcherOptions, WatcherProcess, WATCHED_BASE};
 
 /// The generous deadline used by helpers that wait for something that should happen "soon".

@@ -211,32 +211,45 @@ pub struct TlsChain {
     pub certs: crate::certs::TestCerts,
 }
 
+/// What [`TlsChain::start_with`] adds to the chain it builds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChainOptions<'a> {
+    /// lb-tls's `backend.multiplex: true`: client connections as streams of one hop connection
+    /// per lb-tls worker thread.
+    pub multiplex: bool,
+    /// lb-proxy's configuration before its frontends (`global:`, `defaults:`), e.g. JSON logs.
+    pub proxy_head: &'a str,
+    /// More keys of lb-tls's `global:`, one a line, e.g. `worker_threads: 2`.
+    pub tls_global: &'a str,
+}
+
 impl TlsChain {
     /// `alpn`: what lb-tls offers, e.g. `"[ h2, http/1.1 ]"`.
     pub fn start(server: SocketAddr, alpn: &str) -> TlsChain {
-        TlsChain::start_with_backend(server, alpn, "")
+        TlsChain::start_with(server, alpn, ChainOptions::default())
     }
 
-    /// [`TlsChain::start`] with lb-tls's `backend.multiplex: true`: client connections as
-    /// streams of one hop connection per lb-tls worker thread.
+    /// [`TlsChain::start`] with lb-tls's `backend.multiplex: true`.
     pub fn start_multiplexed(server: SocketAddr, alpn: &str) -> TlsChain {
-        TlsChain::start_with_backend(server, alpn, "\n  multiplex: true")
+        TlsChain::start_with(server, alpn, ChainOptions { multiplex: true, ..ChainOptions::default() })
     }
 
-    fn start_with_backend(server: SocketAddr, alpn: &str, backend_extra: &str) -> TlsChain {
+    /// [`TlsChain::start`] with `options`.
+    pub fn start_with(server: SocketAddr, alpn: &str, options: ChainOptions<'_>) -> TlsChain {
         let proxy = crate::ProxyProcess::start_with(
             1,
-            crate::single_backend("", "accept_proxy: true\ntls: true", ("s1", server)),
+            crate::single_backend(options.proxy_head, "accept_proxy: true\ntls: true", ("s1", server)),
         );
         let certs = crate::certs::TestCerts::new();
         let cert = certs.server("api", &["api.example.test"]).display().to_string();
         let hop = proxy.addr();
         let alpn = alpn.to_owned();
-        let backend_extra = backend_extra.to_owned();
+        let global: String = options.tls_global.lines().map(|line| format!("\n  {line}")).collect();
+        let backend_extra = if options.multiplex { "\n  multiplex: true" } else { "" };
         let tls = TlsProcess::start_with(1, move |ports| {
             format!(
                 r#"global:
-  control_socket: master.sock
+  control_socket: master.sock{global}
 tls:
   certificates: [ {cert} ]
   alpn_protocols: {alpn}

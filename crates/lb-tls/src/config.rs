@@ -83,6 +83,30 @@ impl std::fmt::Display for BackendAddr {
     }
 }
 
+/// A setting's words as the file spells them: what the reader accepts and the writer writes.
+pub(crate) struct Words<T: 'static>(&'static [(&'static str, T)]);
+
+impl<T: Copy + PartialEq> Words<T> {
+    /// The value `word` names (exactly as spelt), if any.
+    pub(crate) fn value(&self, word: &str) -> Option<T> {
+        self.0.iter().find(|(w, _)| *w == word).map(|(_, v)| *v)
+    }
+
+    pub(crate) fn word(&self, value: T) -> Option<&'static str> {
+        self.0.iter().find(|(_, v)| *v == value).map(|(w, _)| *w)
+    }
+
+    /// The accepted words, for an error: `a, b or c`.
+    pub(crate) fn expected(&self) -> String {
+        let words: Vec<&str> = self.0.iter().map(|(w, _)| *w).collect();
+        match words.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    }
+}
+
 /// The PROXY header written to the backend before the plaintext.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteProxy {
@@ -91,6 +115,11 @@ pub enum WriteProxy {
     /// Text v1: addresses only.
     V1,
     None,
+}
+
+impl WriteProxy {
+    pub(crate) const WORDS: Words<WriteProxy> =
+        Words(&[("v2", WriteProxy::V2), ("v1", WriteProxy::V1), ("none", WriteProxy::None)]);
 }
 
 /// `backend:`.
@@ -114,12 +143,12 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub(crate) const KEYWORDS: &'static [(&'static str, Protocol)] = &[
+    pub(crate) const WORDS: Words<Protocol> = Words(&[
         ("TLSv1.0", Protocol::Tls10),
         ("TLSv1.1", Protocol::Tls11),
         ("TLSv1.2", Protocol::Tls12),
         ("TLSv1.3", Protocol::Tls13),
-    ];
+    ]);
 }
 
 /// Whether clients present a certificate.
@@ -129,6 +158,11 @@ pub enum ClientCert {
     /// Asked for; a client without one is served, a certificate that does not verify is refused.
     Optional,
     Required,
+}
+
+impl ClientCert {
+    pub(crate) const WORDS: Words<ClientCert> =
+        Words(&[("none", ClientCert::None), ("optional", ClientCert::Optional), ("required", ClientCert::Required)]);
 }
 
 /// One certificate entry: a PEM file with the key and chain, and its OCSP response file.

@@ -6,9 +6,10 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode};
 
 use crate::node::registrar_json;
+use crate::zk::{wait_connected, Ended};
 use crate::Error;
 
 /// What to register.
@@ -58,9 +59,14 @@ pub async fn run(
         let mut state = client.state_watcher();
         let ended = loop {
             tokio::select! {
-                s = state.changed() => if matches!(s, SessionState::Expired | SessionState::Closed | SessionState::AuthFailed) {
-                    tracing::warn!("session ended ({s:?}): registering again");
-                    break false;
+                // Disconnected: the session may yet come back; ended: a new one, a new node.
+                _ = state.changed() => match wait_connected(&mut state, &mut shutdown).await {
+                    None => {}
+                    Some(Ended::Shutdown) => break true,
+                    Some(_) => {
+                        tracing::warn!("session ended ({:?}): registering again", state.peek_state());
+                        break false;
+                    }
                 },
                 _ = shutdown.changed() => break true,
             }

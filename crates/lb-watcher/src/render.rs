@@ -90,13 +90,14 @@ pub fn sets_of(config: &ProxyConfig, services: &[Service]) -> Sets {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::net::SocketAddr;
 
     use super::*;
     use crate::config::NodeFormat;
 
-    const BASE: &str = "\
+    /// Backends `api` (no server) and `static` (one); the engine's tests render on it too.
+    pub(crate) const BASE: &str = "\
 frontends:
   - name: fe
     bind: [\"127.0.0.1:8000\"]
@@ -109,7 +110,7 @@ backends:
 ";
 
     /// Backend `api` from path `/a`, port 80, weight 10.
-    fn api_service(check: bool, slowstart: Option<std::time::Duration>) -> Service {
+    pub(crate) fn api_service(check: bool, slowstart: Option<std::time::Duration>) -> Service {
         Service {
             backend: "api".into(),
             path: "/a".into(),

@@ -45,6 +45,12 @@ pub(super) fn backend(ctx: &mut Checker<'_>, path: &str, raw: &RawBackend, d: &D
     }
 }
 
+/// One server entry, checked on its own: lb-watcher relies on it. Once an apply of its run
+/// succeeded, it checks only the servers a change adds or moves, in a file of the base and
+/// those servers (lb-watcher's `render::added`), trusting that entries which each loaded in
+/// some file of the same base load together; names are unique there by construction. A check
+/// that looks at a server with the others (beyond duplicate names) breaks that: lb-watcher
+/// would then have to check its files whole.
 fn server(ctx: &mut Checker<'_>, path: &str, raw: &RawServer) -> Server {
     let address = match &raw.address {
         None => {

@@ -32,7 +32,6 @@ const KEEP_SENDING: usize = 256 * 1024;
 pub struct Driver<IO> {
     conn: Arc<Conn>,
     io: IO,
-    side: Side,
     /// Frames taken from the shared queue, being written.
     sending: Vec<u8>,
     sent: usize,
@@ -40,18 +39,19 @@ pub struct Driver<IO> {
     /// The bytes of `read` not yet decoded.
     start: usize,
     filled: usize,
-    /// The peer's preface is still to be read.
+    /// The peer's preface is still to be read: on the connecting side, until it came (the
+    /// accepting side's caller read it, to tell a hop from a connection with a PROXY header).
     preface_due: bool,
     /// Our write side is shut (connecting side, once idle).
     shut: bool,
 }
 
 impl<IO> Driver<IO> {
-    pub(crate) fn new(conn: Arc<Conn>, io: IO, side: Side, preface_due: bool) -> Driver<IO> {
+    pub(crate) fn new(conn: Arc<Conn>, io: IO) -> Driver<IO> {
+        let preface_due = conn.lock().side == Side::Connecting;
         Driver {
             conn,
             io,
-            side,
             sending: Vec::new(),
             sent: 0,
             read: vec![0; READ_BUF].into_boxed_slice(),
@@ -110,9 +110,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Driver<IO> {
                 self.sent = 0;
                 let mut inner = self.conn.lock();
                 if inner.out.is_empty() {
-                    let done = self.side == Side::Connecting
+                    let done = inner.side == Side::Connecting
                         && !self.shut
-                        && (inner.going_away || inner.handles == 0)
+                        && (inner.going_away || !inner.handle)
                         && inner.idle();
                     if !done {
                         inner.driver = Some(cx.waker().clone());

@@ -48,7 +48,7 @@ impl Conn {
                 next_id: 1,
                 highest_id: 0,
                 going_away: false,
-                handles: 1,
+                handle: true,
                 incoming: VecDeque::new(),
                 acceptor: None,
             }),
@@ -78,7 +78,7 @@ pub(crate) struct Inner {
     /// GOAWAY sent (accepting side) or received (connecting side).
     pub(crate) going_away: bool,
     /// The [`HopClient`](super::HopClient) or [`Incoming`](super::Incoming) is alive.
-    pub(crate) handles: usize,
+    pub(crate) handle: bool,
     /// Streams opened by the peer, not yet accepted.
     pub(crate) incoming: VecDeque<(u32, Vec<u8>)>,
     pub(crate) acceptor: Option<Waker>,
@@ -273,7 +273,7 @@ impl Inner {
             return Err(Error::HopStreamReused { stream, highest: self.highest_id });
         }
         self.highest_id = stream;
-        if self.handles == 0 || self.streams.len() >= MAX_STREAMS {
+        if !self.handle || self.streams.len() >= MAX_STREAMS {
             self.send(Frame::Reset { stream });
             return Ok(());
         }

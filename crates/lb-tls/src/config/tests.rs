@@ -41,10 +41,16 @@ fn a_certificate_path_that_is_no_file_is_refused_without_reading_it_whole() {
 fn frontend_settings_are_located_in_the_frontend() {
     let e = errors(
         "global: { control_socket: m.sock }\ntls: { certificates: [ a.pem ] }\nbackend: { address: \"127.0.0.1:1\", write_proxy: v3 }\n\
-         frontends:\n  - bind: \"127.0.0.1:2\"\n    tls: { protocols: [ TLSv2 ], client_cert: required }\n  - bind: \"127.0.0.1:2\"\n",
+         frontends:\n  - bind: \"127.0.0.1:2\"\n    tls: { protocols: [ TLSv2 ], client_cert: required }\
+         \n  - { bind: \"127.0.0.1:2\", tls: { client_cert: always } }\n",
     );
-    assert!(e.iter().any(|l| l.starts_with("t.yaml:3:49: backend.write_proxy: `v3`")), "{e:?}");
-    assert!(e.iter().any(|l| l.starts_with("t.yaml:6:25: frontends[0].tls.protocols[0]: `TLSv2`")), "{e:?}");
+    // The words accepted, listed from the same tables the configuration writer spells them by.
+    assert!(e.iter().any(|l| l == "t.yaml:3:49: backend.write_proxy: `v3`: expected v2, v1 or none"), "{e:?}");
+    let protocols =
+        "t.yaml:6:25: frontends[0].tls.protocols[0]: `TLSv2`: expected TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3";
+    assert!(e.iter().any(|l| l == protocols), "{e:?}");
+    let client_cert = "frontends[1].tls.client_cert: `always`: expected none, optional or required";
+    assert!(e.iter().any(|l| l.ends_with(client_cert)), "{e:?}");
     assert!(
         e.iter().any(|l| l.contains("frontends[0]: client_cert optional or required needs tls.client_ca")),
         "{e:?}"

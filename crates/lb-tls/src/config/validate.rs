@@ -217,12 +217,14 @@ fn backend(ctx: &mut Checker<'_>, raw: Option<&RawBackend>) -> Option<Backend> {
         },
     };
     let write_proxy = match raw.write_proxy.as_deref() {
-        None | Some("v2") => Some(WriteProxy::V2),
-        Some("v1") => Some(WriteProxy::V1),
-        Some("none") => Some(WriteProxy::None),
-        Some(other) => {
-            ctx.error(&child(path, "write_proxy"), format!("`{other}`: expected v2, v1 or none"));
-            None
+        None => Some(WriteProxy::V2),
+        Some(word) => {
+            let value = WriteProxy::WORDS.value(word);
+            if value.is_none() {
+                let expected = WriteProxy::WORDS.expected();
+                ctx.error(&child(path, "write_proxy"), format!("`{word}`: expected {expected}"));
+            }
+            value
         }
     };
     let multiplex = raw.multiplex.unwrap_or(false);
@@ -395,10 +397,10 @@ fn tls_settings(
     if let Some((list, path)) = pick!(protocols) {
         protocols.clear();
         for (i, word) in list.iter().enumerate() {
-            match Protocol::KEYWORDS.iter().find(|(k, _)| k == word) {
-                Some((_, p)) => protocols.push(*p),
+            match Protocol::WORDS.value(word) {
+                Some(p) => protocols.push(p),
                 None => {
-                    ctx.error(&item(&path, i), format!("`{word}`: expected TLSv1.0, TLSv1.1, TLSv1.2 or TLSv1.3"));
+                    ctx.error(&item(&path, i), format!("`{word}`: expected {}", Protocol::WORDS.expected()));
                     ok = false;
                 }
             }
@@ -433,12 +435,10 @@ fn tls_settings(
     }
     let client_cert = match pick!(client_cert) {
         None => ClientCert::None,
-        Some((word, path)) => match word.as_str() {
-            "none" => ClientCert::None,
-            "optional" => ClientCert::Optional,
-            "required" => ClientCert::Required,
-            other => {
-                ctx.error(&path, format!("`{other}`: expected none, optional or required"));
+        Some((word, path)) => match ClientCert::WORDS.value(word) {
+            Some(value) => value,
+            None => {
+                ctx.error(&path, format!("`{word}`: expected {}", ClientCert::WORDS.expected()));
                 ok = false;
                 ClientCert::None
             }

@@ -67,14 +67,7 @@ impl Draft {
             tls: Some(tls(&self.tls)),
             backend: Some(RawBackend {
                 address: Some(self.backend.address.to_string()),
-                write_proxy: Some(
-                    match self.backend.write_proxy {
-                        WriteProxy::V2 => "v2",
-                        WriteProxy::V1 => "v1",
-                        WriteProxy::None => "none",
-                    }
-                    .to_owned(),
-                ),
+                write_proxy: WriteProxy::WORDS.word(self.backend.write_proxy).map(str::to_owned),
                 multiplex: self.backend.multiplex.then_some(true),
             }),
             frontends: Some(
@@ -113,25 +106,20 @@ fn tls(t: &DraftTls) -> RawTls {
             Some(ocsp) => RawCertificate::Full(RawCertificateFull { pem: path(&c.pem), ocsp: Some(path(ocsp)) }),
         })
         .collect::<Vec<_>>();
-    let protocol = |p: &Protocol| Protocol::KEYWORDS.iter().find(|(_, k)| k == p).map(|(w, _)| (*w).to_owned());
     RawTls {
         certificates: (!certificates.is_empty()).then_some(certificates),
         cert_dirs: (!t.cert_dirs.is_empty()).then(|| t.cert_dirs.iter().map(|d| path(d)).collect()),
-        protocols: t.protocols.as_ref().map(|list| list.iter().filter_map(protocol).collect()),
+        protocols: t
+            .protocols
+            .as_ref()
+            .map(|list| list.iter().filter_map(|p| Protocol::WORDS.word(*p)).map(str::to_owned).collect()),
         ciphers: t.ciphers.clone(),
         ciphersuites: t.ciphersuites.clone(),
         prefer_server_ciphers: None,
         ecdh_curves: t.ecdh_curves.clone(),
         alpn_protocols: t.alpn_protocols.clone(),
         sni_nomatch_abort: t.sni_nomatch_abort,
-        client_cert: t.client_cert.map(|c| {
-            match c {
-                ClientCert::None => "none",
-                ClientCert::Optional => "optional",
-                ClientCert::Required => "required",
-            }
-            .to_owned()
-        }),
+        client_cert: t.client_cert.and_then(|c| ClientCert::WORDS.word(c)).map(str::to_owned),
         client_ca: t.client_ca.as_deref().map(path),
         session_tickets: t.session_tickets,
         session_cache_size: None,

@@ -9,6 +9,7 @@ use lb_config::Config as ProxyConfig;
 
 use super::Engine;
 use crate::apply::Applied;
+use crate::config::Service;
 use crate::hysteresis::{Servers, Sets};
 use crate::status::{unix_now, LastApply, Metrics};
 use crate::write::{write_config, Written};
@@ -62,21 +63,11 @@ impl Engine {
         Ok(("reload", summary))
     }
 
-    /// The file about to replace lb-proxy's, `tmp`, rendered from `sets`, loads as lb-proxy
-    /// would load it. Until an apply of this run succeeded the file is read back whole (about
-    /// 70 ms at 10,000 servers, most of an apply's CPU); after that the base is the same one and
-    /// the applied servers were in a file of it that loaded, so only what `sets` adds is
-    /// checked, in a file of the base and those servers. Should that fail, the whole file is
-    /// read back, so a bad server is reported as it always was: by its line in the file.
+    /// [`check`] of `tmp`, with the applied servers once an apply of this run succeeded.
     fn check(&self, tmp: &Path, sets: &Sets) -> Result<(), Error> {
-        if self.checked_whole {
-            let applied: HashMap<&str, &Servers> = self.state.applied_iter().map(|(b, s)| (b.as_str(), s)).collect();
-            let added = render::added(&self.base, &self.config.services, sets, |b| applied.get(b).copied());
-            if ProxyConfig::parse(&added.to_yaml(), &tmp.display().to_string()).is_ok() {
-                return Ok(());
-            }
-        }
-        ProxyConfig::load(tmp).map(|_| ()).map_err(|source| Error::Proxy { path: tmp.to_path_buf(), source })
+        let applied: Option<HashMap<&str, &Servers>> =
+            self.checked_whole.then(|| self.state.applied_iter().map(|(b, s)| (b.as_str(), s)).collect());
+        check(tmp, &self.base, &self.config.services, sets, applied.as_ref())
     }
 
     async fn reload(&mut self) -> Result<(), Error> {
@@ -130,3 +121,29 @@ impl Engine {
         }
     }
 }
+
+/// The file about to replace lb-proxy's, `tmp`, rendered from `sets` on `base`, loads as
+/// lb-proxy would load it. Without `applied` (no apply of this run succeeded yet) the file is
+/// read back whole (about 70 ms at 10,000 servers, most of an apply's CPU). With it (the servers
+/// of a file of the same base that loaded, by backend), only what `sets` adds or moves is
+/// checked, in a file of the base and those servers: lb-config checks each server entry on its
+/// own. Should that fail, the whole file is read back, so a bad server is reported as it always
+/// was: by its line in the file.
+fn check(
+    tmp: &Path,
+    base: &ProxyConfig,
+    services: &[Service],
+    sets: &Sets,
+    applied: Option<&HashMap<&str, &Servers>>,
+) -> Result<(), Error> {
+    if let Some(applied) = applied {
+        let added = render::added(base, services, sets, |b| applied.get(b).copied());
+        if ProxyConfig::parse(&added.to_yaml(), &tmp.display().to_string()).is_ok() {
+            return Ok(());
+        }
+    }
+    ProxyConfig::load(tmp).map(|_| ()).map_err(|source| Error::Proxy { path: tmp.to_path_buf(), source })
+}
+
+#[cfg(test)]
+mod tests;

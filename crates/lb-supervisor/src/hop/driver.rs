@@ -19,8 +19,12 @@ const BUDGET: usize = 32;
 /// The largest frame, whole: the read buffer never needs more.
 const READ_BUF: usize = HEADER_LEN + MAX_PAYLOAD;
 
-/// A written buffer larger than this is given back rather than kept for the next batch.
-const KEEP_SENDING: usize = 256 * 1024;
+/// A written buffer larger than this is given back rather than kept for the next batch. With
+/// 256 KiB, fifty clients' 64 KiB responses made batches past it every time: the queue started
+/// empty again and grew by doubling into fresh memory (pages the kernel zeroes), about a tenth
+/// of the stack's CPU per 64 KiB response (docs/benchmarks.md). A hop connection is one per
+/// worker thread, so keeping a few MiB each costs little.
+const KEEP_SENDING: usize = 4 * 1024 * 1024;
 
 /// Runs a hop connection: spawn it, and keep it running as long as the connection serves.
 /// Resolves when the connection has ended: `Ok` once the peer closed it with no stream open

@@ -86,22 +86,11 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
     // rather than HEADERS and, once the body is polled, an empty DATA frame (two writes, and
     // two wake-ups of lb-proxy).
     let mut reading_data = true;
-    let mut first = None;
-    let mut empty = false;
-    match now(|cx| up.poll_recv_data(cx).map(|r| r.map(|d| d.map(|mut d| d.copy_to_bytes(d.remaining()))))) {
-        Poll::Pending => {}
-        Poll::Ready(Ok(Some(data))) => first = Some(Ok(Frame::data(data))),
-        Poll::Ready(Err(e)) => first = Some(Err(std::io::Error::other(e.to_string()))),
-        Poll::Ready(Ok(None)) => {
-            reading_data = false;
-            match now(|cx| up.poll_recv_trailers(cx)) {
-                Poll::Pending => {}
-                Poll::Ready(Ok(None)) => empty = true,
-                Poll::Ready(Ok(Some(trailers))) => first = Some(Ok(Frame::trailers(trailers))),
-                Poll::Ready(Err(e)) => first = Some(Err(std::io::Error::other(e.to_string()))),
-            }
-        }
-    }
+    let (mut first, empty) = match now(|cx| poll_upload(&mut up, &mut reading_data, cx)) {
+        Poll::Pending => (None, false),
+        Poll::Ready(None) => (None, true),
+        Poll::Ready(Some(frame)) => (Some(frame), false),
+    };
     let (frames, body) = mpsc::channel(BODY_FRAMES);
     let upload = async move {
         if empty {
@@ -110,18 +99,9 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
         loop {
             let frame = match first.take() {
                 Some(frame) => frame,
-                None if reading_data => match up.recv_data().await {
-                    Ok(Some(mut data)) => Ok(Frame::data(data.copy_to_bytes(data.remaining()))),
-                    Ok(None) => {
-                        reading_data = false;
-                        continue;
-                    }
-                    Err(e) => Err(std::io::Error::other(e.to_string())),
-                },
-                None => match up.recv_trailers().await {
-                    Ok(Some(trailers)) => Ok(Frame::trailers(trailers)),
-                    Ok(None) => return,
-                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                None => match std::future::poll_fn(|cx| poll_upload(&mut up, &mut reading_data, cx)).await {
+                    Some(frame) => frame,
+                    None => return,
                 },
             };
             let last = !frame.as_ref().is_ok_and(Frame::is_data);
@@ -148,6 +128,29 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
         relay(body, &mut down).await;
     };
     tokio::join!(upload, download);
+}
+
+type Upload = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// The request body's next frame from the QUIC stream: its data while `reading_data`, then its
+/// trailers; None at its end.
+fn poll_upload(
+    up: &mut Upload,
+    reading_data: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    if *reading_data {
+        match std::task::ready!(up.poll_recv_data(cx)) {
+            Ok(Some(mut data)) => return Poll::Ready(Some(Ok(Frame::data(data.copy_to_bytes(data.remaining()))))),
+            Ok(None) => *reading_data = false,
+            Err(e) => return Poll::Ready(Some(Err(std::io::Error::other(e.to_string())))),
+        }
+    }
+    Poll::Ready(match std::task::ready!(up.poll_recv_trailers(cx)) {
+        Ok(Some(trailers)) => Some(Ok(Frame::trailers(trailers))),
+        Ok(None) => None,
+        Err(e) => Some(Err(std::io::Error::other(e.to_string()))),
+    })
 }
 
 /// `poll` once, with a waker that does nothing: what is ready now.

@@ -195,7 +195,9 @@ async fn serve_requests(door: Arc<Door>, opened: Opened) {
                 let hop = hop.clone();
                 // Received before the handshake completed: in early data, which may be replayed.
                 let in_early_data = early.is_some();
-                requests.spawn(async move {
+                // Boxed: tokio moves a task's future whole at its spawn and at its end (a few
+                // KiB here), a box as a pointer.
+                requests.spawn(Box::pin(async move {
                     if let Ok((mut request, stream)) = resolver.resolve_request().await {
                         if in_early_data {
                             if !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
@@ -206,7 +208,7 @@ async fn serve_requests(door: Arc<Door>, opened: Opened) {
                         }
                         hop::exchange(hop, request, stream).await;
                     }
-                });
+                }));
             }
             Some(Ok(None) | Err(_)) => break,
         }

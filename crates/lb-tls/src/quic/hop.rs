@@ -10,7 +10,7 @@ use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
@@ -66,7 +66,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     io.write_all(header).await.map_err(|e| format!("writing the PROXY header: {e}"))?;
-    let (hop, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+    let (hop, connection) = hyper::client::conn::http2::Builder::new(Boxing)
         .handshake(TokioIo::new(io))
         .await
         .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
@@ -74,6 +74,22 @@ where
         let _ = connection.await;
     });
     Ok(hop)
+}
+
+/// Runs hyper's tasks (two per request) on tokio, each boxed: tokio keeps a task's future in
+/// place and moves the whole of it at each step of the task's life (spawn, then its end), where
+/// a box is moved as a pointer. (callgrind: 1.5 k instructions of memcpy per request.)
+#[derive(Clone, Copy)]
+struct Boxing;
+
+impl<F> hyper::rt::Executor<F> for Boxing
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, task: F) {
+        tokio::spawn(Box::pin(task));
+    }
 }
 
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
@@ -91,11 +107,15 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
         Poll::Ready(None) => (None, true),
         Poll::Ready(Some(frame)) => (Some(frame), false),
     };
-    let (frames, body) = mpsc::channel(BODY_FRAMES);
+    // A channel only for a body to come: tokio's allocates its first block of 32 frames at once.
+    let (frames, body) = if empty {
+        (None, None)
+    } else {
+        let (frames, body) = mpsc::channel(BODY_FRAMES);
+        (Some(frames), Some(body))
+    };
     let upload = async move {
-        if empty {
-            return;
-        }
+        let Some(frames) = frames else { return };
         loop {
             let frame = match first.take() {
                 Some(frame) => frame,
@@ -110,7 +130,7 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
             }
         }
     };
-    let body = HopBody { frames: (!empty).then_some(body) };
+    let body = HopBody { frames: body };
     let (parts, ()) = request.into_parts();
     let request = http::Request::from_parts(parts, body);
     let download = async move {

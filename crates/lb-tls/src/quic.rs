@@ -10,6 +10,7 @@
 mod connection;
 mod early;
 pub(crate) mod fuzz;
+mod hkdf;
 mod hop;
 mod sockets;
 mod tickets;

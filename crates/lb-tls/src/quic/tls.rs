@@ -29,7 +29,7 @@ use super::tickets::SharedTickets;
 
 /// The TLS 1.3 suites by their OpenSSL names (the `ciphersuites` setting's words), and the
 /// name each is logged and sent under (as OpenSSL says it, so HTTP/3 and TLS lines agree).
-const SUITES: &[(&str, SupportedCipherSuite)] = &[
+pub(super) const SUITES: &[(&str, SupportedCipherSuite)] = &[
     ("TLS_AES_128_GCM_SHA256", aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256),
     ("TLS_AES_256_GCM_SHA384", aws_lc_rs::cipher_suite::TLS13_AES_256_GCM_SHA384),
     ("TLS_CHACHA20_POLY1305_SHA256", aws_lc_rs::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256),
@@ -192,7 +192,7 @@ impl QuicTls {
         let mut suites = Vec::new();
         for word in tls.ciphersuites.split(':').filter(|w| !w.is_empty()) {
             if let Some((name, suite)) = SUITES.iter().find(|(name, _)| *name == word) {
-                suites.push((*name, *suite));
+                suites.push((*name, super::hkdf::keyed(*suite)));
             }
         }
         if suites.is_empty() {

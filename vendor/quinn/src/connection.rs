@@ -1040,7 +1040,13 @@ impl State {
                             };
                             t
                         }
-                        None => break,
+                        None => {
+                            // A change to quinn 0.11.12 for lb: the buffer is given back once
+                            // nothing is left to send (an idle connection kept its last burst's,
+                            // 2.4 KiB and up to 10 datagrams' worth), and taken again by the next.
+                            self.send_buffer = Vec::new();
+                            break;
+                        }
                     }
                 }
             };

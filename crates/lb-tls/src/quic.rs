@@ -10,10 +10,12 @@
 mod connection;
 mod early;
 pub(crate) mod fuzz;
+mod hkdf;
 mod hop;
 mod sockets;
 mod tickets;
 mod tls;
+mod tracked;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -32,8 +34,7 @@ pub(crate) use tls::QuicTls;
 /// connection). Its own server configuration only lets it take connections in: each is
 /// accepted with a configuration of its own ([`server_config`]).
 pub(crate) fn endpoint(socket: std::net::UdpSocket, tls: &QuicTls) -> std::io::Result<Endpoint> {
-    let streams = crate::config::QuicSettings::default().max_streams;
-    let server = server_config(tls, tls::Chosen::default(), streams).map_err(std::io::Error::other)?;
+    let server = server_config(tls, tls::Chosen::default()).map_err(std::io::Error::other)?;
     let sockets = Arc::new(Sockets::new(socket)?);
     let mut config = quinn::EndpointConfig::default();
     config.max_udp_payload_size(sockets::MAX_DATAGRAM as u16).map_err(std::io::Error::other)?;
@@ -54,13 +55,12 @@ pub(crate) struct Endpoint {
 }
 
 /// A connection's configuration: its own certificate resolver and ticketer, which note its
-/// cipher suite and whether it resumed in `seen`; `max_streams` requests open at once
-/// (`quic.max_streams`).
-fn server_config(tls: &QuicTls, seen: tls::Chosen, max_streams: u32) -> Result<quinn::ServerConfig, String> {
+/// cipher suite and whether it resumed in `seen`; the frontend's transport settings.
+fn server_config(tls: &QuicTls, seen: tls::Chosen) -> Result<quinn::ServerConfig, String> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls.for_connection(seen.clone()))
         .map_err(|e| e.to_string())?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(early::Noted::new(crypto, seen)));
-    server.transport_config(transport(max_streams));
+    server.transport_config(tls.transport.clone());
     Ok(server)
 }
 
@@ -68,14 +68,9 @@ fn server_config(tls: &QuicTls, seen: tls::Chosen, max_streams: u32) -> Result<q
 /// a ClientHello, even with post-quantum key shares, is under 4 KiB).
 const CRYPTO_BUFFER: usize = 16 * 1024;
 
-/// The transport settings of connections with `max_streams`, built once per value (one per
-/// frontend, in practice) rather than per handshake.
+/// The transport settings of a frontend's connections, `max_streams` requests open at once
+/// (`quic.max_streams`): built with the frontend's configuration, shared by its handshakes.
 fn transport(max_streams: u32) -> Arc<quinn::TransportConfig> {
-    static BUILT: std::sync::Mutex<Vec<(u32, Arc<quinn::TransportConfig>)>> = std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, transport)) = built.iter().find(|(n, _)| *n == max_streams) {
-        return transport.clone();
-    }
     let mut transport = quinn::TransportConfig::default();
     // CRYPTO data a client sends out of order is held until the gap before it fills: past
     // this much ahead of what the TLS library has read, the connection is closed with
@@ -86,9 +81,7 @@ fn transport(max_streams: u32) -> Arc<quinn::TransportConfig> {
     transport.max_concurrent_bidi_streams(max_streams.into());
     // Clients open three unidirectional streams (control, QPACK encoder and decoder).
     transport.max_concurrent_uni_streams(3u32.into());
-    let transport = Arc::new(transport);
-    built.push((max_streams, transport.clone()));
-    transport
+    Arc::new(transport)
 }
 
 /// What a UDP frontend's accept loop and its connections share.
@@ -101,6 +94,8 @@ struct Door {
     /// Handshakes under way, against `quic.retry_threshold`.
     handshaking: AtomicUsize,
     unowned_logged: AtomicBool,
+    /// Its open connections, for the sweep that counts their traffic (`tracked`).
+    open: tracked::Open,
 }
 
 impl Door {
@@ -163,7 +158,10 @@ pub(crate) async fn accept_loop(
         bound,
         handshaking: AtomicUsize::new(0),
         unowned_logged: AtomicBool::new(false),
+        open: tracked::Open::default(),
     });
+    // Ends once the door is gone: after this loop and the last of its connections.
+    tokio::spawn(tracked::sweep(Arc::downgrade(&door)));
     loop {
         let incoming = tokio::select! {
             biased;

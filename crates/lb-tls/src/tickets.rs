@@ -7,7 +7,9 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use aws_lc_rs::aead::LessSafeKey;
 
 use lb_supervisor::Secret;
 
@@ -23,6 +25,8 @@ pub(crate) struct TicketKey {
     name: [u8; NAME_BYTES],
     hmac: Vec<u8>,
     aes: Vec<u8>,
+    /// QUIC's sealing key, derived from this one at its first use (`quic::tickets`).
+    quic: OnceLock<Option<LessSafeKey>>,
 }
 
 impl std::fmt::Debug for TicketKey {
@@ -49,7 +53,7 @@ impl TicketKey {
         };
         let mut name = [0; NAME_BYTES];
         name.copy_from_slice(&bytes[..NAME_BYTES]);
-        Some(TicketKey { name, hmac: bytes[hmac].to_vec(), aes: bytes[aes].to_vec() })
+        Some(TicketKey { name, hmac: bytes[hmac].to_vec(), aes: bytes[aes].to_vec(), quic: OnceLock::new() })
     }
 
     pub(crate) fn name(&self) -> &[u8; NAME_BYTES] {
@@ -62,6 +66,12 @@ impl TicketKey {
 
     pub(crate) fn aes_key(&self) -> &[u8] {
         &self.aes
+    }
+
+    /// QUIC's sealing key: `derive`d once per key (None: it could not be), then read without
+    /// a lock.
+    pub(crate) fn quic_sealing(&self, derive: impl FnOnce(&TicketKey) -> Option<LessSafeKey>) -> Option<&LessSafeKey> {
+        self.quic.get_or_init(|| derive(self)).as_ref()
     }
 }
 

@@ -98,7 +98,7 @@ pub(super) fn validate(
             Ok(acceptor) => {
                 let quic = match bind {
                     ListenAddr::Udp(_) => {
-                        match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime), quic_settings.zero_rtt) {
+                        match crate::quic::QuicTls::build(&tls, &fields, (&tickets, lifetime), &quic_settings) {
                             Ok(quic) => Some(Arc::new(quic)),
                             Err(problems) => {
                                 for (field, message) in problems {

@@ -15,12 +15,11 @@ use lb_supervisor::Shutdown;
 use tokio_util::task::TaskTracker;
 
 use super::sockets::Owned;
+use super::tracked::{Home, Registered};
 use super::{hop, server_config, tls, Door, Handshaking};
 use crate::proxy_header;
-use crate::stats::{Failure, FrontendStats, Quic};
+use crate::stats::{Failure, Quic};
 
-/// How often an idle connection looks whether its client moved (a request looks at once).
-const FOLLOW: Duration = Duration::from_secs(1);
 /// The least time a drained connection waits for its GOAWAY to arrive before it closes (four
 /// round trips when longer).
 const LINGER: Duration = Duration::from_millis(250);
@@ -77,7 +76,7 @@ async fn open(
     let local_ip = incoming.local_ip();
     let local = door.bound.map(|b| SocketAddr::new(local_ip.unwrap_or(b.ip()), b.port()));
     let seen = tls::Chosen::default();
-    let server = match server_config(quic, seen.clone(), fe.quic_settings.max_streams) {
+    let server = match server_config(quic, seen.clone()) {
         Ok(server) => server,
         Err(e) => {
             tracing::warn!("QUIC configuration refused: {e}");
@@ -162,26 +161,19 @@ async fn open(
 
 /// The connection's requests until it ends or the worker stops; GOAWAY at the drain.
 async fn serve_requests(door: Arc<Door>, opened: Opened) {
-    let Opened { conn, mut h3_conn, hop, mut home, local_ip, mut early, mut shutdown } = opened;
-    let stats = door.shared.stats.frontend(door.frontend);
+    let Opened { conn, mut h3_conn, hop, home, local_ip, mut early, mut shutdown } = opened;
+    // Its traffic counted and its client followed once a second from now on (`tracked`).
+    let registered = Registered::new(door.clone(), conn.clone(), home, local_ip);
     let timeout = door.shared.config.global.handshake_timeout;
     let requests = TaskTracker::new();
     let mut stop = shutdown.clone();
     let mut draining = false;
     let early_until = tokio::time::Instant::now() + timeout;
-    let mut counted = Counted::default();
-    let mut moves = tokio::time::interval_at(tokio::time::Instant::now() + FOLLOW, FOLLOW);
-    moves.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let accepted = tokio::select! {
             biased;
             _ = shutdown.draining(), if !draining => None,
             _ = stop.stopped() => break,
-            _ = moves.tick() => {
-                home.follow(&door, &conn, local_ip, stats);
-                counted.update(&conn, stats);
-                continue;
-            }
             a = h3_conn.accept() => Some(a),
             // After the requests: one that arrives with the handshake's end counts as early.
             // (On a server this resolves when the handshake ends, well or not; a failed one
@@ -192,7 +184,7 @@ async fn serve_requests(door: Arc<Door>, opened: Opened) {
             }
             _ = tokio::time::sleep_until(early_until), if early.is_some() => break,
         };
-        home.follow(&door, &conn, local_ip, stats);
+        registered.follow();
         match accepted {
             None => {
                 draining = true;
@@ -203,7 +195,9 @@ async fn serve_requests(door: Arc<Door>, opened: Opened) {
                 let hop = hop.clone();
                 // Received before the handshake completed: in early data, which may be replayed.
                 let in_early_data = early.is_some();
-                requests.spawn(async move {
+                // Boxed: tokio moves a task's future whole at its spawn and at its end (a few
+                // KiB here), a box as a pointer.
+                requests.spawn(Box::pin(async move {
                     if let Ok((mut request, stream)) = resolver.resolve_request().await {
                         if in_early_data {
                             if !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
@@ -214,7 +208,7 @@ async fn serve_requests(door: Arc<Door>, opened: Opened) {
                         }
                         hop::exchange(hop, request, stream).await;
                     }
-                });
+                }));
             }
             Some(Ok(None) | Err(_)) => break,
         }
@@ -235,30 +229,9 @@ async fn serve_requests(door: Arc<Door>, opened: Opened) {
             _ = stop.stopped() => {}
         }
     }
-    counted.update(&conn, stats);
+    // Its last traffic counted as it leaves the open connections.
+    drop(registered);
     conn.close(0u32.into(), b"");
-}
-
-/// What of the connection's UDP bytes and lost packets the frontend's statistics already have:
-/// the rest goes in once a second and at the end, so that a long-lived connection's traffic
-/// shows while it lasts (HAProxy counts as bytes move).
-#[derive(Default)]
-struct Counted {
-    received: u64,
-    sent: u64,
-    lost: u64,
-}
-
-impl Counted {
-    fn update(&mut self, conn: &quinn::Connection, stats: &FrontendStats) {
-        let now = conn.stats();
-        stats.received_from_client(now.udp_rx.bytes.saturating_sub(self.received));
-        stats.sent_to_client(now.udp_tx.bytes.saturating_sub(self.sent));
-        // A new path (the client moved) counts its losses from zero: all of its count is new.
-        let lost = now.path.lost_packets;
-        stats.quic(Quic::LostPackets, if lost >= self.lost { lost - self.lost } else { lost });
-        (self.received, self.sent, self.lost) = (now.udp_rx.bytes, now.udp_tx.bytes, now.path.lost_packets);
-    }
 }
 
 fn seen_now(seen: &tls::Chosen) -> std::sync::MutexGuard<'_, tls::Seen> {
@@ -282,28 +255,6 @@ async fn handshake_until<T>(
         tokio::select! {
             result = &mut handshake => return (result.ok(), early),
             _ = shutdown.draining(), if early.is_none() => early = Some(door.adopt(peer, local_ip)),
-        }
-    }
-}
-
-/// Where the client is, and the connected socket towards it (none when this worker may not
-/// bind the port).
-struct Home {
-    address: SocketAddr,
-    owned: Option<Owned>,
-}
-
-impl Home {
-    /// Counts a move of the client and takes a connected socket at its new address.
-    fn follow(&mut self, door: &Door, conn: &quinn::Connection, local_ip: Option<IpAddr>, stats: &FrontendStats) {
-        let now = conn.remote_address();
-        if now == self.address {
-            return;
-        }
-        stats.quic(Quic::Migrations, 1);
-        self.address = now;
-        if self.owned.is_some() {
-            self.owned = door.adopt(now, local_ip);
         }
     }
 }

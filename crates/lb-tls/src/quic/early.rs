@@ -85,8 +85,13 @@ impl Session for NotedSession {
 
     fn read_handshake(&mut self, buf: &[u8]) -> Result<bool, TransportError> {
         if let Some(hello) = self.hello.as_mut() {
-            hello.extend_from_slice(&buf[..buf.len().min(MAX_HELLO.saturating_sub(hello.len()))]);
-            match offers_early_data(hello) {
+            // Most ClientHellos come whole in one piece: read in place; copied only when split.
+            let offered = if hello.is_empty() { offers_early_data(buf) } else { None };
+            let offered = offered.or_else(|| {
+                hello.extend_from_slice(&buf[..buf.len().min(MAX_HELLO.saturating_sub(hello.len()))]);
+                offers_early_data(hello)
+            });
+            match offered {
                 Some(offered) => {
                     note(&self.seen, |seen| seen.early_offered = offered);
                     self.hello = None;

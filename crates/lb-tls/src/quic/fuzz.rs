@@ -14,7 +14,7 @@ use quinn_proto::{DatagramEvent, EndpointConfig};
 
 use super::tls::{Chosen, QuicTls};
 use crate::config::validate::{TlsFields, DEFAULT_CIPHERSUITES};
-use crate::config::{CertSource, ClientCert, Protocol, TlsSettings};
+use crate::config::{CertSource, ClientCert, Protocol, QuicSettings, TlsSettings};
 use crate::tickets::TicketStore;
 
 /// The frontend's TLS, once per process: a certificate made here, written to a file as an
@@ -40,7 +40,7 @@ fn frontend() -> Option<&'static QuicTls> {
         };
         let fields = TlsFields { certificates: vec!["fuzz".to_owned()], ..TlsFields::default() };
         let store = Arc::new(TicketStore::own().ok()?);
-        QuicTls::build(&settings, &fields, (&store, Duration::from_secs(7200)), false).ok()
+        QuicTls::build(&settings, &fields, (&store, Duration::from_secs(7200)), &QuicSettings::default()).ok()
     })
     .as_ref()
 }
@@ -72,7 +72,7 @@ fn certificate() -> Option<PathBuf> {
 /// many connections they opened.
 pub fn datagrams(data: &[u8]) -> usize {
     let Some(tls) = frontend() else { return 0 };
-    let Ok(server) = super::server_config(tls, Chosen::default(), 100) else { return 0 };
+    let Ok(server) = super::server_config(tls, Chosen::default()) else { return 0 };
     let mut endpoint =
         quinn_proto::Endpoint::new(Arc::new(EndpointConfig::default()), Some(Arc::new(server)), false, Some([7; 32]));
     let now = Instant::now();

@@ -7,7 +7,7 @@
 //! key never serves two constructions. A ticket is `key name (16) | nonce (12) | sealed`, the
 //! name as associated data; an unknown name or a failed open is a full handshake.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use aws_lc_rs::hkdf::{Salt, HKDF_SHA256};
@@ -18,41 +18,20 @@ use crate::tickets::{TicketKey, TicketStore, NAME_BYTES};
 /// What the derived key is for (HKDF's info).
 const PURPOSE: &[u8] = b"lb-tls QUIC session ticket AES-256-GCM";
 
+/// The sealing key of each ticket key is derived at its first use and kept with it (two HMACs
+/// and an AES key schedule, once per key rather than per ticket): sealing or opening a ticket
+/// reads the store's current set, as the TLS frontends' ticket callback does, and nothing else
+/// under a lock.
+#[derive(Debug)]
 pub(crate) struct SharedTickets {
     store: Arc<TicketStore>,
     /// Seconds a ticket is good for (`ticket_lifetime`).
     lifetime: u32,
-    /// The sealing keys derived from the store's current keys (in its order), kept until the
-    /// store's set changes: a derivation per ticket costs two HMACs and an AES key schedule.
-    derived: Mutex<Option<Derived>>,
-}
-
-/// The store's set of keys, and the sealing key derived from each (None: it could not be).
-type Derived = (Arc<[TicketKey]>, Arc<[Option<LessSafeKey>]>);
-
-impl std::fmt::Debug for SharedTickets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedTickets").field("lifetime", &self.lifetime).finish_non_exhaustive()
-    }
 }
 
 impl SharedTickets {
     pub(crate) fn new(store: Arc<TicketStore>, lifetime: u32) -> SharedTickets {
-        SharedTickets { store, lifetime, derived: Mutex::new(None) }
-    }
-
-    /// The store's keys and their sealing keys, derived again only when the set changed.
-    fn sealing_keys(&self) -> Derived {
-        let keys = self.store.keys();
-        let mut derived = self.derived.lock().unwrap_or_else(|e| e.into_inner());
-        match &*derived {
-            Some((set, sealing)) if Arc::ptr_eq(set, &keys) => (set.clone(), sealing.clone()),
-            _ => {
-                let sealing: Arc<[Option<LessSafeKey>]> = keys.iter().map(sealing_key).collect();
-                *derived = Some((keys.clone(), sealing.clone()));
-                (keys, sealing)
-            }
-        }
+        SharedTickets { store, lifetime }
     }
 }
 
@@ -75,8 +54,9 @@ impl ProducesTickets for SharedTickets {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let (keys, sealing) = self.sealing_keys();
-        let (key, sealing) = (keys.first()?, sealing.first()?.as_ref()?);
+        let keys = self.store.keys();
+        let key = keys.first()?;
+        let sealing = key.quic_sealing(sealing_key)?;
         let mut nonce = [0u8; NONCE_LEN];
         aws_lc_rs::rand::fill(&mut nonce).ok()?;
         let mut out = Vec::with_capacity(NAME_BYTES + NONCE_LEN + plain.len() + AES_256_GCM.tag_len());
@@ -97,9 +77,9 @@ impl ProducesTickets for SharedTickets {
     fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
         let (name, rest) = ticket.split_at_checked(NAME_BYTES)?;
         let (nonce, sealed) = rest.split_at_checked(NONCE_LEN)?;
-        let (keys, sealing) = self.sealing_keys();
-        let at = keys.iter().position(|k| k.name().as_slice() == name)?;
-        let (key, sealing) = (&keys[at], sealing.get(at)?.as_ref()?);
+        let keys = self.store.keys();
+        let key = keys.iter().find(|k| k.name().as_slice() == name)?;
+        let sealing = key.quic_sealing(sealing_key)?;
         let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
         let mut plain = sealed.to_vec();
         let len = sealing.open_in_place(nonce, Aad::from(key.name()), &mut plain).ok()?.len();

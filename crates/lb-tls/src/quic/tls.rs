@@ -21,7 +21,7 @@ use rustls::{CipherSuite, SupportedCipherSuite};
 
 use crate::certs::{self, LoadedCert};
 use crate::config::validate::TlsFields;
-use crate::config::TlsSettings;
+use crate::config::{QuicSettings, TlsSettings};
 use crate::context::Sessions;
 use crate::sni::SniIndex;
 
@@ -29,7 +29,7 @@ use super::tickets::SharedTickets;
 
 /// The TLS 1.3 suites by their OpenSSL names (the `ciphersuites` setting's words), and the
 /// name each is logged and sent under (as OpenSSL says it, so HTTP/3 and TLS lines agree).
-const SUITES: &[(&str, SupportedCipherSuite)] = &[
+pub(super) const SUITES: &[(&str, SupportedCipherSuite)] = &[
     ("TLS_AES_128_GCM_SHA256", aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256),
     ("TLS_AES_256_GCM_SHA384", aws_lc_rs::cipher_suite::TLS13_AES_256_GCM_SHA384),
     ("TLS_CHACHA20_POLY1305_SHA256", aws_lc_rs::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256),
@@ -56,6 +56,8 @@ pub(crate) struct QuicTls {
     sessions: Option<Arc<dyn StoresServerSessions>>,
     /// The PEM files serving, in order (the first is the default).
     pub(crate) files: Vec<std::path::PathBuf>,
+    /// The transport settings of the frontend's connections (`quic:`).
+    pub(super) transport: Arc<quinn::TransportConfig>,
 }
 
 impl std::fmt::Debug for QuicTls {
@@ -179,18 +181,18 @@ type Problems = Vec<(String, String)>;
 impl QuicTls {
     /// Reads the certificates of `tls` and builds the rustls configuration. Problems come back
     /// located at the setting that caused them, as the OpenSSL contexts' do.
-    /// With `zero_rtt`, early data is taken from resumed sessions, which are kept by this
+    /// With `quic.zero_rtt`, early data is taken from resumed sessions, which are kept by this
     /// worker (`session_cache_size` of them) and each used once.
     pub(crate) fn build(
         tls: &TlsSettings,
         fields: &TlsFields,
         sessions: Sessions<'_>,
-        zero_rtt: bool,
+        quic: &QuicSettings,
     ) -> Result<QuicTls, Problems> {
         let mut suites = Vec::new();
         for word in tls.ciphersuites.split(':').filter(|w| !w.is_empty()) {
             if let Some((name, suite)) = SUITES.iter().find(|(name, _)| *name == word) {
-                suites.push((*name, *suite));
+                suites.push((*name, super::hkdf::keyed(*suite)));
             }
         }
         if suites.is_empty() {
@@ -257,7 +259,7 @@ impl QuicTls {
         if !tls.session_tickets {
             base.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         }
-        let kept = (zero_rtt && tls.session_tickets).then(|| {
+        let kept = (quic.zero_rtt && tls.session_tickets).then(|| {
             // QUIC allows no other size than this one (RFC 9001 §4.6.1).
             base.max_early_data_size = u32::MAX;
             let store: Arc<dyn StoresServerSessions> =
@@ -270,7 +272,8 @@ impl QuicTls {
             Arc::new(SharedTickets::new(store.clone(), lifetime))
         });
         let files = loaded.into_iter().map(|c| c.path).collect();
-        Ok(QuicTls { base: Arc::new(base), table, tickets, sessions: kept, files })
+        let transport = super::transport(quic.max_streams);
+        Ok(QuicTls { base: Arc::new(base), table, tickets, sessions: kept, files, transport })
     }
 
     /// The configuration of one new connection, which notes what it sees in `seen`.

@@ -1,13 +1,15 @@
 //! Limit tables end to end (lb-proxy as a real process, real TCP clients): per-address request
 //! rates refused with 429 and `Retry-After`, an API key's `limit_req` bucket, a connection cap
 //! at accept, a tarpit, a slow lane chosen by a tag, a bucket holding its excess to the rate
-//! (nginx's delay), IPv6 networks as keys, the size bound, the runtime commands and `/metrics`,
-//! and the counts carried across a hundred reloads under load.
+//! (nginx's delay), IPv6 networks as keys, three keys at once (an IPv6 client's network, a query
+//! parameter, a cookie), the size bound, the runtime commands and `/metrics`, and the counts
+//! carried across a hundred reloads under load.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use lb_testkit::raw::{self, RawConn};
 use lb_testkit::runtime::parse_prometheus;
 use lb_testkit::{client, wait_until, ProxyProcess, TestServer};
 
@@ -245,6 +247,44 @@ async fn ipv6_networks_are_one_key_and_random_keys_stay_within_the_size() {
     assert!(entry(&proxy, "keys", &last).is_some(), "the most recent key is kept");
     let m = metrics(&proxy);
     assert_eq!(m.value("lb_proxy_table_evictions_total", &[("table", "keys")]), Some(450.0));
+}
+
+/// A request from `src` (given by a PROXY v2 header, as lb-tls or an L4 balancer sends it):
+/// its status.
+async fn status_from(proxy: &ProxyProcess, src: &str, request: &str) -> u16 {
+    let src: SocketAddr = src.parse().expect("a socket address");
+    let mut conn = RawConn::connect(proxy.addr()).await.expect("connect");
+    let mut bytes = raw::proxy_v2(src, "[2001:db8::1]:443".parse().expect("address"), &[]);
+    bytes.extend_from_slice(request.as_bytes());
+    conn.send(&bytes).await.expect("send");
+    conn.read_response(Duration::from_secs(10)).await.expect("a response").status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_keys_at_once_an_ipv6_clients_network_a_query_parameter_and_a_cookie() {
+    let tables = "  nets: { size: 100, expire: 1m, prefix: { ipv4: 24, ipv6: 64 }, store: [http_req_cnt] }\n  keys: { type: string, size: 100, expire: 1m, store: [http_req_cnt] }\n  sessions: { type: string, size: 100, expire: 1m, store: [http_req_cnt] }\n";
+    let frontend = "accept_proxy: true\nhttp_request:\n  - track: { table: nets }\n  - track: { table: keys, key: { query: key }, slot: 1 }\n  - track: { table: sessions, key: { cookie: id }, slot: 2 }\n  - deny: { status: 429 }\n    if: { sc2: { name: http_req_cnt, gt: 2 } }";
+    let (proxy, be, _slow) = start(tables, frontend);
+    let request = |key: &str, session: &str| {
+        format!("GET /?key={key} HTTP/1.1\r\nHost: x\r\nCookie: lang=en; id={session}\r\n\r\n")
+    };
+    // Two addresses of one /64 and one of another; the third request of session s1 is past
+    // the limit on slot 2, whichever network and API key it comes with.
+    assert_eq!(status_from(&proxy, "[2001:db8:1:2::1]:40000", &request("k1", "s1")).await, 200);
+    assert_eq!(status_from(&proxy, "[2001:db8:1:2:ffff::9]:40001", &request("k1", "s1")).await, 200);
+    assert_eq!(status_from(&proxy, "[2001:db8:1:3::1]:40002", &request("k2", "s1")).await, 429);
+    assert_eq!(status_from(&proxy, "[2001:db8:1:3::1]:40003", &request("k2", "s2")).await, 200);
+    assert_eq!(be.hits(), 3);
+    let count = |table: &str, key: &str| {
+        let shown = proxy.runtime(&format!("show table {table}"));
+        field(&entry(&proxy, table, key).unwrap_or_else(|| panic!("{key} in {shown}")), "http_req_cnt")
+    };
+    assert_eq!((count("nets", "2001:db8:1:2::/64"), count("nets", "2001:db8:1:3::/64")), (2, 2));
+    assert_eq!((count("keys", "k1"), count("keys", "k2")), (2, 2));
+    assert_eq!((count("sessions", "s1"), count("sessions", "s2")), (3, 1));
+    assert_eq!(used(&proxy, "nets"), 2);
+    let m = metrics(&proxy);
+    assert_eq!(m.value("lb_proxy_table_denials_total", &[("table", "sessions"), ("reason", "deny")]), Some(1.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -558,7 +558,9 @@ impl<B: Buf> WriteBuf<B> {
             // Taken when something is written, at the size of what is written, and given back
             // once it is flushed (a change to hyper 1.12.0 for lb-proxy: an idle connection
             // holds no write buffer; 8 KiB taken up front for each response head cost 600
-            // instructions a request more than a buffer the size of the head).
+            // instructions a request more than a buffer the size of the head). A buffer given
+            // back goes to the thread's spare, which the next take empties first (see
+            // `SPARE_WRITE_BUFS`).
             headers: Cursor::new(Vec::new()),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
@@ -685,16 +687,18 @@ enum WriteStrategy {
 // The buffers connections give back (a change to hyper 1.12.0 for lb-proxy) are kept, a few
 // per thread, for the next connection of the thread that reads or writes: an idle connection
 // holds none, and a busy one takes and gives back the same few instead of the allocator's
-// (mimalloc handed its page back and took a fresh one, about 2,200 instructions each time,
-// several hundred times per thousand keep-alive requests). Bounded: at most `SPARE_BUFS` of
-// each kind per thread, each of at most `INIT_BUFFER_SIZE` bytes.
+// (mimalloc's slow path, a page handed back and a fresh one taken, and the write buffer grown
+// once per request: about 1,900 instructions per keep-alive request). Bounded: at most
+// `SPARE_BUFS` of each kind per thread, each of at most `INIT_BUFFER_SIZE` bytes.
 const SPARE_BUFS: usize = 4;
 
 std::thread_local! {
     // Read buffers of exactly `INIT_BUFFER_SIZE`, empty and held by no one else.
-    static SPARE_READ_BUFS: std::cell::RefCell<Vec<BytesMut>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE_READ_BUFS: std::cell::RefCell<Vec<BytesMut>> =
+        const { std::cell::RefCell::new(Vec::new()) };
     // Write buffers of at most `INIT_BUFFER_SIZE` (taken at the size of what was written), empty.
-    static SPARE_WRITE_BUFS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE_WRITE_BUFS: std::cell::RefCell<Vec<Vec<u8>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 type Spare<T> = std::thread::LocalKey<std::cell::RefCell<Vec<T>>>;

@@ -136,9 +136,15 @@ async fn a_body_past_max_body_size_is_answered_413() {
     assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");
 }
 
-/// The same limit on HTTP/2 streams (prior knowledge, curl): an announced body past it is
-/// refused before the server sees it; an unannounced one is cut once past it. Both answered 413
-/// on the stream and logged `PR--`.
+/// The same limit on HTTP/2 streams (prior knowledge): an announced body past it is refused
+/// before the server sees it; an unannounced one is cut once past it. Both answered 413 on the
+/// stream and logged `PR--`.
+///
+/// The 413s are read with nghttp, not curl: an answer that comes before the upload ends is
+/// followed by RST_STREAM(NO_ERROR) for the rest of the body (RFC 9113 §8.1), and curl 7.88
+/// (Debian 12's) then reports the stream closed instead of the answer when the reset arrives
+/// before its upload ends: against haproxy 2.6 answering 413 the same way, in 61 of 200 tries.
+/// nghttp reads the answer, as the RFC asks of a client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_past_max_body_size_is_answered_413_on_http2_too() {
     let s1 = TestServer::start("s1");
@@ -148,16 +154,22 @@ async fn a_body_past_max_body_size_is_answered_413_on_http2_too() {
     std::fs::write(&small, "a".repeat(2048)).expect("write");
     std::fs::write(&large, "b".repeat(3072)).expect("write");
     let base = format!("http://{}", proxy.addr());
+    // The response's `:status` as nghttp received it on the stream (HTTP/2 prior knowledge).
     let post = |path: &str, file: &std::path::Path, extra: &[&str]| {
-        let data = format!("@{}", file.display());
-        let mut args = vec!["--http2-prior-knowledge", "--data-binary", data.as_str()];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["-o", "/dev/null", "-w", "%{http_version} %{http_code}"]);
-        lb_testkit::sclient::curl(&format!("{base}{path}"), &args).body
+        let out = std::process::Command::new("nghttp")
+            .args(["-nv", "-d"])
+            .arg(file)
+            .args(extra)
+            .arg(format!("{base}{path}"))
+            .output()
+            .expect("nghttp");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let status = text.lines().find_map(|l| l.split_once(":status: ").map(|(_, s)| s.trim().to_string()));
+        status.unwrap_or_else(|| format!("none: {text}"))
     };
 
-    assert_eq!(post("/echo?h2-small", &small, &[]), "2 200", "a body of max_body_size is served");
-    assert_eq!(post("/h2-announced", &large, &[]), "2 413", "announced past the limit");
+    assert_eq!(post("/echo?h2-small", &small, &[]), "200", "a body of max_body_size is served");
+    assert_eq!(post("/h2-announced", &large, &[]), "413", "announced past the limit");
     assert_eq!(s1.hits_for("/h2-announced"), 0, "a refused announced body never reaches the server");
     let line = proxy.wait_for_log(|l| l.contains("/h2-announced")).await;
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
@@ -172,7 +184,7 @@ async fn a_body_past_max_body_size_is_answered_413_on_http2_too() {
     )
     .body;
     assert!(echoed.contains("\"transfer-encoding\",\"chunked\""), "sent without a length: {echoed}");
-    assert_eq!(post("/echo?h2-unannounced", &large, &["-H", "content-length:"]), "2 413", "cut past the limit");
+    assert_eq!(post("/echo?h2-unannounced", &large, &["--no-content-length"]), "413", "cut past the limit");
     let line = proxy.wait_for_log(|l| l.contains("/echo?h2-unannounced")).await;
     let parsed = HttpLogLine::parse(&line).unwrap_or_else(|| panic!("not httplog: {line}"));
     assert_eq!((parsed.status, parsed.termination.as_str()), (413, "PR--"), "{line}");

@@ -85,12 +85,18 @@ impl Session for NotedSession {
 
     fn read_handshake(&mut self, buf: &[u8]) -> Result<bool, TransportError> {
         if let Some(hello) = self.hello.as_mut() {
-            // Most ClientHellos come whole in one piece: read in place; copied only when split.
-            let offered = if hello.is_empty() { offers_early_data(buf) } else { None };
-            let offered = offered.or_else(|| {
+            // Most ClientHellos come whole in one piece: read in place; copied only when split
+            // (and then read again only once more bytes join the first ones).
+            let offered = if hello.is_empty() {
+                let offered = offers_early_data(buf);
+                if offered.is_none() {
+                    hello.extend_from_slice(&buf[..buf.len().min(MAX_HELLO)]);
+                }
+                offered
+            } else {
                 hello.extend_from_slice(&buf[..buf.len().min(MAX_HELLO.saturating_sub(hello.len()))]);
                 offers_early_data(hello)
-            });
+            };
             match offered {
                 Some(offered) => {
                     note(&self.seen, |seen| seen.early_offered = offered);

@@ -1,6 +1,6 @@
 //! HTTP/3 end to end: aioquic (PyPI; scripts/install-deps test installs it) → lb-tls's UDP
 //! frontend → one hop connection per QUIC connection (PROXY v2 with ALPN `h3`, then HTTP/2) →
-//! lb-proxy → a test server. GET, POST with a body, a large response and several streams at
+//! lb-proxy (or one stream of the multiplexed hop, `backend.multiplex`) → a test server. GET, POST with a body, a large response and several streams at
 //! once on one connection; the certificate chosen by SNI; the TLS facts and ALPN `h3` reaching
 //! lb-proxy's rules and log.
 
@@ -16,6 +16,27 @@ fn header<'a>(response: &'a Value, name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http3_requests_reach_the_servers_through_the_hop() {
     let stack = Stack::start();
+    let proxy_port = stack.proxy.addr().port();
+    requests_reach_the_servers(&stack).await;
+    // A hop connection per QUIC connection, closed with it.
+    let closed = || lb_testkit::procfs::established_on(proxy_port) == 0;
+    assert!(lb_testkit::wait_until(std::time::Duration::from_secs(10), closed).await, "the hops closed");
+}
+
+/// With `backend.multiplex: true` the QUIC connection's hop is a stream of lb-tls's
+/// multiplexed hop connection: the same requests, the same facts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_requests_reach_the_servers_through_the_multiplexed_hop() {
+    let stack = Stack::start_multiplexed();
+    let proxy_port = stack.proxy.addr().port();
+    requests_reach_the_servers(&stack).await;
+    // Both QUIC connections have ended; their hops were streams of the hop connection that
+    // stays, one for the lb-tls thread(s) that served them (a connection each would be closed).
+    let hops = lb_testkit::procfs::established_on(proxy_port);
+    assert!((1..=2).contains(&hops), "{hops} hop connections to lb-proxy");
+}
+
+async fn requests_reach_the_servers(stack: &Stack) {
     let (port, ca, proxy) = (stack.port, stack.certs.ca(), &stack.proxy);
 
     let body = "x".repeat(300_000);

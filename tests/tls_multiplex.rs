@@ -4,11 +4,11 @@
 //! ways, and a client reading slowly does not hold up the others; 100 concurrent clients; lb-proxy
 //! and lb-tls each reloaded under load with no failed request, the old workers gone after.
 
-use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lb_testkit::lbctl::Role;
+use lb_testkit::procfs::established_on;
 use lb_testkit::sclient::curl;
 use lb_testkit::{wait_until, ChainOptions, TestServer, TlsChain, TlsProcess};
 
@@ -34,21 +34,6 @@ fn json(line: &str) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
 }
 
-/// Established TCP connections accepted on `to` (its side of each), from /proc/net/tcp.
-fn established_to(to: SocketAddr) -> usize {
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let port = format!(":{:04X}", to.port());
-    table
-        .lines()
-        .skip(1)
-        .filter(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // local_address, rem_address, st (01: ESTABLISHED)
-            fields.get(1).is_some_and(|local| local.ends_with(&port)) && fields.get(3) == Some(&"01")
-        })
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_facts_reach_lb_proxy_over_one_hop_connection() {
     let (_server, TlsChain { proxy, tls, certs: _certs }, ca) = chain("[ http/1.1 ]");
@@ -66,7 +51,7 @@ async fn client_facts_reach_lb_proxy_over_one_hop_connection() {
     }
     // Every client connection has ended; the hop connection stays, one for the thread(s) that
     // served them (a connection each would all be closed now).
-    let hops = established_to(proxy.addr());
+    let hops = established_on(proxy.addr().port());
     assert!((1..=2).contains(&hops), "{hops} hop connections to lb-proxy");
 }
 
@@ -175,7 +160,7 @@ async fn a_hundred_concurrent_clients_share_the_hop_connections() {
     let run = ab(&url, 100, 3000);
     let mut most = 0;
     while !run.is_finished() {
-        most = most.max(established_to(chain.proxy.addr()));
+        most = most.max(established_on(chain.proxy.addr().port()));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_ab_clean(&run.join().expect("ab"), 3000);
@@ -232,6 +217,6 @@ async fn lb_proxy_reloaded_under_load_fails_nothing_and_its_old_workers_go() {
 async fn lb_tls_reloaded_under_load_fails_nothing() {
     let (_server, chain) = reloaded_under_load(Reloaded::Tls).await;
     // The old lb-tls workers closed their hop connections: one or two remain, the current's.
-    let settled = wait_until(WAIT, || established_to(chain.proxy.addr()) <= 2).await;
-    assert!(settled, "{} hop connections left", established_to(chain.proxy.addr()));
+    let settled = wait_until(WAIT, || established_on(chain.proxy.addr().port()) <= 2).await;
+    assert!(settled, "{} hop connections left", established_on(chain.proxy.addr().port()));
 }

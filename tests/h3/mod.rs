@@ -28,10 +28,21 @@ impl Stack {
 
     /// As [`Stack::start`], the UDP frontend with these `quic:` settings (YAML flow mapping).
     pub(crate) fn start_quic(quic: &str) -> Stack {
+        Stack::start_with(quic, false)
+    }
+
+    /// As [`Stack::start`], lb-tls with `backend.multiplex: true`: each QUIC connection's hop
+    /// is a stream of the worker thread's multiplexed hop connection.
+    #[allow(dead_code)]
+    pub(crate) fn start_multiplexed() -> Stack {
+        Stack::start_with("", true)
+    }
+
+    fn start_with(quic: &str, multiplex: bool) -> Stack {
         let certs = TestCerts::new();
         let api = TestServer::start("api");
         let proxy = proxy(&api);
-        let tls = tls(&certs, &proxy.addr().to_string(), quic);
+        let tls = tls(&certs, &proxy.addr().to_string(), quic, multiplex);
         let port = tls.addr().port();
         Stack { certs, api, proxy, tls, port }
     }
@@ -109,7 +120,7 @@ backends:
 }
 
 /// HTTPS on TCP and HTTP/3 on UDP, on the same port number, as on 443.
-fn tls(certs: &TestCerts, backend: &str, quic: &str) -> TlsProcess {
+fn tls(certs: &TestCerts, backend: &str, quic: &str, multiplex: bool) -> TlsProcess {
     let api = certs.server("api", &["api.example.test"]).display().to_string();
     let admin = certs.server("admin", &["admin.example.test"]).display().to_string();
     let backend = backend.to_owned();
@@ -124,6 +135,7 @@ tls:
   alpn_protocols: [ h2, http/1.1 ]
 backend:
   address: "{backend}"
+  multiplex: {multiplex}
 frontends:
   - bind: "127.0.0.1:{port}"
   - bind: "udp:127.0.0.1:{port}"{quic}

@@ -110,16 +110,28 @@ pub fn socket_inodes(pid: u32) -> HashSet<u64> {
 
 /// The inodes of every TCP socket in LISTEN state on local port `port` (IPv4 and IPv6).
 pub fn listening_inodes(port: u16) -> Vec<u64> {
+    tcp_sockets(port, "0A")
+}
+
+/// How many established TCP connections were accepted on local port `port` (their accepting
+/// side, IPv4 and IPv6).
+pub fn established_on(port: u16) -> usize {
+    tcp_sockets(port, "01").len()
+}
+
+/// The inodes of the TCP sockets on local port `port` in kernel state `state` (hex, as
+/// /proc/net/tcp writes it: `01` established, `0A` listening).
+fn tcp_sockets(port: u16, state: &str) -> Vec<u64> {
     let mut inodes = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else { continue };
         for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(state), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
+            let (Some(local), Some(st), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
                 continue;
             };
             let local_port = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
-            if *state == "0A" && local_port == Some(port) {
+            if *st == state && local_port == Some(port) {
                 if let Ok(inode) = inode.parse() {
                     inodes.push(inode);
                 }

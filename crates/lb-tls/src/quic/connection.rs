@@ -52,7 +52,7 @@ struct Opened {
     /// Boxed: large, and moved from `open` to `requests` (each move would otherwise leave a
     /// copy's room in the task).
     h3_conn: Box<h3::server::Connection<h3_quinn::Connection, Bytes>>,
-    hop: hop::Hop,
+    hop: Arc<hop::Line>,
     home: Home,
     local_ip: Option<IpAddr>,
     /// Until the handshake ends, when requests came in early data.
@@ -135,8 +135,7 @@ async fn open(
         .and_then(|d| d.server_name);
     let facts = proxy_header::QuicFacts { sni: sni.as_deref(), cipher };
     let header = proxy_header::v2_quic(peer, local, &facts);
-    let hop = hop::connect(&config.backend.address, config.global.backend_connect_timeout, &header).await;
-    let hop = match hop {
+    let hop = match hop::Line::open(shared.clone(), header).await {
         Ok(hop) => hop,
         Err(why) => {
             stats.backend_failed();
@@ -156,7 +155,7 @@ async fn open(
     // No grease (reserved frame types before a stream's end): aioquic 1.2, a client in use,
     // then never sees the end of the response.
     let h3_conn = Box::new(h3::server::builder().send_grease(false).build::<_, Bytes>(h3_conn).await.ok()?);
-    Some(Opened { conn, h3_conn, hop, home, local_ip, early, shutdown })
+    Some(Opened { conn, h3_conn, hop: Arc::new(hop), home, local_ip, early, shutdown })
 }
 
 /// The connection's requests until it ends or the worker stops; GOAWAY at the drain.

@@ -1,6 +1,15 @@
 //! The hop for one QUIC connection (docs/architecture.md, "The hop between lb-tls and
 //! lb-proxy"): a connection to lb-proxy, the PROXY v2 header with ALPN `h3`, then HTTP/2 with
-//! prior knowledge, each HTTP/3 request one HTTP/2 stream, bodies streamed both ways.
+//! prior knowledge, each HTTP/3 request one HTTP/2 stream, bodies streamed both ways. With
+//! `backend.multiplex`, the connection is a stream of this thread's hop connection (`hops`),
+//! the PROXY header in its OPEN, as for a TLS client.
+//!
+//! A QUIC connection outlives lb-proxy's workers: when one drains, it says GOAWAY on the hop and
+//! closes it once its requests have ended, so the connection's next request takes a new hop
+//! (`Line`), which reaches the new worker. A request lb-proxy did not take (sent as the GOAWAY
+//! crossed it) goes again on the new hop when hyper gives it back unsent, else it is refused to
+//! the client with H3_REQUEST_REJECTED, which tells it the request was not processed and may be
+//! sent again (RFC 9114 §4.1.1).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -15,8 +24,12 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
 
+use std::sync::Arc;
+
 use crate::config::BackendAddr;
 use crate::conn::connect_within;
+use crate::hops::Hops;
+use crate::serve::Shared;
 
 /// Request body frames in flight from the QUIC stream to the hop, per request.
 const BODY_FRAMES: usize = 4;
@@ -44,11 +57,46 @@ impl Body for HopBody {
     }
 }
 
-pub(crate) type Hop = SendRequest<HopBody>;
+type Hop = SendRequest<HopBody>;
 
-/// A hop connection to `address` within `timeout`, `header` written, HTTP/2 started; or why
-/// not, as the backend failure log says it.
-pub(crate) async fn connect(address: &BackendAddr, timeout: Duration, header: &[u8]) -> Result<Hop, String> {
+/// A QUIC connection's way to lb-proxy: its current hop, replaced by a new one (the same PROXY
+/// header) once lb-proxy has closed it.
+pub(crate) struct Line {
+    shared: Arc<Shared>,
+    header: Box<[u8]>,
+    /// Held while a new hop is opened, so that the requests then waiting share it.
+    current: tokio::sync::Mutex<Hop>,
+}
+
+impl Line {
+    /// The first hop, opened now; or why not, as the backend failure log says it.
+    pub(crate) async fn open(shared: Arc<Shared>, header: Vec<u8>) -> Result<Line, String> {
+        let hop = Line::connect_for(&shared, &header).await?;
+        Ok(Line { shared, header: header.into(), current: tokio::sync::Mutex::new(hop) })
+    }
+
+    async fn connect_for(shared: &Shared, header: &[u8]) -> Result<Hop, String> {
+        let config = &shared.config;
+        connect(shared.hops.as_ref(), &config.backend.address, config.global.backend_connect_timeout, header).await
+    }
+
+    /// The hop to send on: the current one, or a new one when lb-proxy has closed it.
+    async fn hop(&self) -> Result<Hop, String> {
+        let mut current = self.current.lock().await;
+        if current.is_closed() {
+            *current = Line::connect_for(&self.shared, &self.header).await?;
+        }
+        Ok(current.clone())
+    }
+}
+
+/// A hop to lb-proxy with HTTP/2 started: a stream of this thread's multiplexed hop connection
+/// announced with `header` when there are `hops`, else a connection to `address` within
+/// `timeout` with `header` written first; or why not, as the backend failure log says it.
+async fn connect(hops: Option<&Hops>, address: &BackendAddr, timeout: Duration, header: &[u8]) -> Result<Hop, String> {
+    if let Some(hops) = hops {
+        return open(hops.open(header).await?, &[]).await;
+    }
     match address {
         BackendAddr::Tcp(a) => {
             let stream = connect_within(timeout, TcpStream::connect(a)).await?;
@@ -65,7 +113,9 @@ async fn open<S>(mut io: S, header: &[u8]) -> Result<Hop, String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    io.write_all(header).await.map_err(|e| format!("writing the PROXY header: {e}"))?;
+    if !header.is_empty() {
+        io.write_all(header).await.map_err(|e| format!("writing the PROXY header: {e}"))?;
+    }
     let (hop, connection) = hyper::client::conn::http2::Builder::new(Boxing)
         .handshake(TokioIo::new(io))
         .await
@@ -95,8 +145,12 @@ where
 
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
+/// Times a request goes again on a new hop when the one it was given to closed before sending
+/// it (lb-proxy drained it meanwhile): more would be a hop that closes as soon as it opens.
+const RESENDS: usize = 2;
+
 /// One HTTP/3 request through the hop: its body goes up while the response comes down.
-pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: Stream) {
+pub(crate) async fn exchange(line: Arc<Line>, request: http::Request<()>, stream: Stream) {
     let (mut down, mut up) = stream.split();
     // What the stream already holds. Most GETs come with their stream's end in the same packet:
     // their body is then known empty, and the hop sends one HEADERS frame ending the stream
@@ -135,12 +189,27 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
     let (parts, ()) = request.into_parts();
     let request = http::Request::from_parts(parts, body);
     let download = async move {
-        if hop.ready().await.is_err() {
-            return answer(&mut down, http::StatusCode::BAD_GATEWAY).await;
-        }
-        let response = match hop.send_request(request).await {
-            Ok(response) => response,
-            Err(_) => return answer(&mut down, http::StatusCode::BAD_GATEWAY).await,
+        let mut request = request;
+        let mut resends = 0;
+        let response = loop {
+            let Ok(mut hop) = line.hop().await else {
+                return answer(&mut down, http::StatusCode::BAD_GATEWAY).await;
+            };
+            match hop.try_send_request(request).await {
+                Ok(response) => break response,
+                Err(mut e) => match e.take_message() {
+                    // Given back unsent: the hop closed first.
+                    Some(unsent) if resends < RESENDS => {
+                        resends += 1;
+                        request = unsent;
+                    }
+                    _ if unprocessed(e.error()) => {
+                        down.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
+                        return;
+                    }
+                    _ => return answer(&mut down, http::StatusCode::BAD_GATEWAY).await,
+                },
+            }
         };
         let (parts, body) = response.into_parts();
         if down.send_response(http::Response::from_parts(parts, ())).await.is_err() {
@@ -149,6 +218,13 @@ pub(crate) async fn exchange(mut hop: Hop, request: http::Request<()>, stream: S
         relay(body, &mut down).await;
     };
     tokio::join!(upload, download);
+}
+
+/// lb-proxy did not process the request: its stream came after the GOAWAY's last one, or was
+/// refused (RFC 9113 §8.7).
+fn unprocessed(e: &hyper::Error) -> bool {
+    let h2 = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>());
+    h2.is_some_and(|e| (e.is_go_away() && e.is_remote()) || e.reason() == Some(h2::Reason::REFUSED_STREAM))
 }
 
 type Upload = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;

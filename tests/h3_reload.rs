@@ -4,7 +4,9 @@
 //! finish there; new connections go to the new worker, and resume sessions whose tickets the
 //! old worker made (the master's ticket keys). Under load with a reload every 0.2 s, clients
 //! that follow the spec across GOAWAYs lose no request; a connection with a response under
-//! way across 10 reloads gets all of it.
+//! way across 10 reloads gets all of it. Across reloads of lb-proxy, an open QUIC connection
+//! takes a new hop to the new worker (over the multiplexed hop too) and its client sees nothing;
+//! with lb-proxy gone, its requests get 502.
 
 mod h3;
 
@@ -246,4 +248,23 @@ async fn lb_proxy_reloads_under_an_open_quic_connection(stack: Stack) {
     assert_eq!(stack.api.hits_for("/slow"), 3);
     assert_eq!(stack.api.hits_for("/echo"), 12);
     assert!(tokio::task::block_in_place(|| session.close()), "the client ended well");
+}
+
+/// lb-proxy stopped under an open QUIC connection: its next request cannot get a new hop and is
+/// answered 502 (as lb-proxy answers when no server can be reached), said in lb-tls's log; the
+/// connection stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_lb_proxy_gone_is_answered_502_and_logged() {
+    let mut stack = Stack::start();
+    let (port, ca) = (stack.port, stack.certs.ca());
+    let mut session = tokio::task::block_in_place(|| h3::Session::open(port, &ca, None, false));
+    let first = tokio::task::block_in_place(|| session.requests(&json!([{"path": "/echo"}])));
+    assert_eq!(first[0]["status"], 200, "{first:?}");
+    stack.proxy.stop();
+    let after = tokio::task::block_in_place(|| session.requests(&json!([{"path": "/echo"}, {"path": "/echo"}])));
+    assert!(after.iter().all(|r| r["status"] == 502), "{after:?}");
+    let line = stack.tls.wait_for_stderr(|l| l.contains("answering 502 to a request of an open QUIC connection")).await;
+    assert!(line.contains(&stack.proxy.addr().to_string()), "{line}");
+    let state = tokio::task::block_in_place(|| session.state());
+    assert!(state["closed"] != true, "the connection stays: {state}");
 }

@@ -12,6 +12,7 @@
 //! sent again (RFC 9114 §4.1.1).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,8 +24,6 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
-
-use std::sync::Arc;
 
 use crate::config::BackendAddr;
 use crate::conn::connect_within;
@@ -80,13 +79,23 @@ impl Line {
         connect(shared.hops.as_ref(), &config.backend.address, config.global.backend_connect_timeout, header).await
     }
 
-    /// The hop to send on: the current one, or a new one when lb-proxy has closed it.
-    async fn hop(&self) -> Result<Hop, String> {
+    /// The hop to send on: the current one, or a new one when lb-proxy has closed it; none
+    /// (logged) when lb-proxy cannot be reached.
+    async fn hop(&self) -> Option<Hop> {
         let mut current = self.current.lock().await;
         if current.is_closed() {
-            *current = Line::connect_for(&self.shared, &self.header).await?;
+            match Line::connect_for(&self.shared, &self.header).await {
+                Ok(hop) => *current = hop,
+                Err(why) => {
+                    let address = &self.shared.config.backend.address;
+                    self.shared.backend_log.warn("backend failures", || {
+                        format!("backend {address} {why}: answering 502 to a request of an open QUIC connection")
+                    });
+                    return None;
+                }
+            }
         }
-        Ok(current.clone())
+        Some(current.clone())
     }
 }
 
@@ -192,7 +201,7 @@ pub(crate) async fn exchange(line: Arc<Line>, request: http::Request<()>, stream
         let mut request = request;
         let mut resends = 0;
         let response = loop {
-            let Ok(mut hop) = line.hop().await else {
+            let Some(mut hop) = line.hop().await else {
                 return answer(&mut down, http::StatusCode::BAD_GATEWAY).await;
             };
             match hop.try_send_request(request).await {

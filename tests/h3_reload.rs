@@ -108,6 +108,11 @@ async fn lb_proxy_reloads_under_load_over_the_multiplexed_hop_lose_no_request() 
     reloads_under_load(Stack::start_multiplexed(), Daemon::LbProxy).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lb_tls_reloads_under_load_over_the_multiplexed_hop_lose_no_request() {
+    reloads_under_load(Stack::start_multiplexed(), Daemon::LbTls).await;
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Daemon {
     LbTls,

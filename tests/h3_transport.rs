@@ -1,7 +1,9 @@
 //! HTTP/3's transport as a client sees it: `quic.max_streams` makes a client that opens more
 //! requests at once wait for stream credit (none refused); on a path that loses datagrams the
 //! requests still complete and the lost packets are counted (`quic_lost_pkt`, /metrics); a
-//! connection's UDP bytes show in the statistics while it lasts, not only once it closes.
+//! connection's UDP bytes show in the statistics while it lasts, not only once it closes; one
+//! connection serves many more requests than `max_streams` over its life, one after another and
+//! at once.
 
 mod h3;
 
@@ -28,6 +30,33 @@ async fn a_client_past_max_streams_waits_for_credit_and_every_request_completes(
     assert_eq!(stack.api.hits_for("/slow"), 8);
     // Two at a time reached the server: the others waited for the client's credit.
     assert_eq!(stack.api.peak_in_flight(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_outlives_max_streams_one_request_after_another_and_many_at_once() {
+    // The default max_streams, 100: each finished request gives its stream back, and the client
+    // is granted new ones as it goes, well past the 100 it was first allowed.
+    let stack = Stack::start();
+    let (port, ca) = (stack.port, stack.certs.ca());
+    let mut session = tokio::task::block_in_place(|| Session::open(port, &ca, None, false));
+    for i in 0..150 {
+        let responses = tokio::task::block_in_place(|| session.requests(&json!([{"path": format!("/echo?n={i}")}])));
+        assert_eq!(responses[0]["status"], 200, "request {i}: {responses:?}");
+    }
+    // Then 250 at once, each 200 ms at the server: at most 100 at a time reach it, the others
+    // wait for stream credit, and none is refused.
+    let requests: Vec<Value> = (0..250).map(|i| json!({"path": format!("/slow?ms=200&n={i}")})).collect();
+    let responses = tokio::task::block_in_place(|| session.requests(&Value::Array(requests)));
+    assert_eq!(responses.len(), 250);
+    for r in &responses {
+        assert_eq!(r["status"], 200, "{r}");
+    }
+    assert_eq!(stack.api.hits_for("/echo"), 150);
+    assert_eq!(stack.api.hits_for("/slow"), 250);
+    assert!(stack.api.peak_in_flight() <= 100, "{} requests in flight at once", stack.api.peak_in_flight());
+    let state = tokio::task::block_in_place(|| session.state());
+    assert_eq!(state["closed"], false, "{state}");
+    assert!(tokio::task::block_in_place(|| session.close()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

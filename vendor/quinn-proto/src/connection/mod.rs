@@ -428,6 +428,9 @@ impl Connection {
     #[must_use]
     pub fn recv_stream(&mut self, id: StreamId) -> RecvStream<'_> {
         assert!(id.dir() == Dir::Bi || id.initiator() != self.side.side());
+        // A change to quinn-proto 0.11.19 for lb: a stream the peer may open but has not is
+        // handled as upstream handles it (quinn only hands out streams the peer opened).
+        self.streams.insert_remote_entries(id);
         RecvStream {
             id,
             state: &mut self.streams,
@@ -439,6 +442,8 @@ impl Connection {
     #[must_use]
     pub fn send_stream(&mut self, id: StreamId) -> SendStream<'_> {
         assert!(id.dir() == Dir::Bi || id.initiator() == self.side.side());
+        // A change to quinn-proto 0.11.19 for lb: as in `recv_stream`.
+        self.streams.insert_remote_entries(id);
         SendStream {
             id,
             state: &mut self.streams,

@@ -69,6 +69,10 @@ impl StreamRecv {
 pub struct StreamsState {
     pub(super) side: Side,
     // Set of streams that are currently open, or could be immediately opened by the peer
+    //
+    // A change to quinn-proto 0.11.19 for lb: a remotely-initiated stream gets its entries only
+    // once the peer mentions it (or a higher stream of its type), not as soon as the peer may
+    // open it; see `remote_entries`.
     pub(super) send: FxHashMap<StreamId, Option<Box<Send>>>,
     pub(super) recv: FxHashMap<StreamId, Option<StreamRecv>>,
     pub(super) free_recv: Vec<StreamRecv>,
@@ -90,6 +94,22 @@ pub struct StreamsState {
     flow_control_adjusted: bool,
     /// Lowest remotely-initiated stream index that haven't actually been opened by the peer
     pub(super) next_remote: [u64; 2],
+    /// A change to quinn-proto 0.11.19 for lb: lowest remotely-initiated stream index, per
+    /// direction, whose entries in `send` and `recv` have not been made yet.
+    ///
+    /// Upstream inserts a `None` entry for every stream the peer may open (`..max_remote`) as soon
+    /// as it may, so that a missing entry below `max_remote` means "closed": 5.4 KiB of maps per
+    /// idle connection at 100 bidirectional streams. Here the remote streams below
+    /// `remote_entries` are exactly as upstream would hold them (an entry unless closed), and
+    /// those from `remote_entries` up to `max_remote` are the ones upstream would hold as
+    /// untouched `None` entries: a frame from the peer naming one first calls
+    /// `insert_remote_entries`, which gives it and every lower stream of its type their `None`
+    /// entries (opening stream N opens the lower ones, RFC 9000 §3.2), and so does the
+    /// application's asking for one (`Connection::recv_stream`, `send_stream`). Every lookup
+    /// therefore sees what upstream's would: below `remote_entries` a missing entry means closed
+    /// (upstream: below `max_remote`), from it up to `max_remote` not yet used (upstream: a
+    /// `None` entry), and `next_remote <= remote_entries <= max_remote` always holds.
+    remote_entries: [u64; 2],
     /// Whether the remote endpoint has opened any streams the application doesn't know about yet,
     /// per directionality
     opened: [bool; 2],
@@ -153,7 +173,9 @@ impl StreamsState {
         receive_window: VarInt,
         stream_receive_window: VarInt,
     ) -> Self {
-        let mut this = Self {
+        // A change to quinn-proto 0.11.19 for lb: no entries for the streams the peer may open
+        // until it opens them (`remote_entries`).
+        Self {
             side,
             send: FxHashMap::default(),
             recv: FxHashMap::default(),
@@ -166,6 +188,7 @@ impl StreamsState {
             max_concurrent_remote_count: [max_remote_bi.into(), max_remote_uni.into()],
             flow_control_adjusted: false,
             next_remote: [0, 0],
+            remote_entries: [0, 0],
             opened: [false, false],
             next_reported_remote: [0, 0],
             send_streams: 0,
@@ -186,15 +209,7 @@ impl StreamsState {
             initial_max_stream_data_bidi_remote: 0u32.into(),
             receive_window_shrink_debt: 0,
             data_blocked_limit: None,
-        };
-
-        for dir in Dir::iter() {
-            for i in 0..this.max_remote[dir as usize] {
-                this.insert(true, StreamId::new(!side, dir, i));
-            }
         }
-
-        this
     }
 
     pub(crate) fn set_params(&mut self, params: &TransportParameters) {
@@ -217,10 +232,8 @@ impl StreamsState {
     fn ensure_remote_streams(&mut self, dir: Dir) {
         let new_count = self.max_concurrent_remote_count[dir as usize]
             .saturating_sub(self.allocated_remote_count[dir as usize]);
-        for i in 0..new_count {
-            let id = StreamId::new(!self.side, dir, self.max_remote[dir as usize] + i);
-            self.insert(true, id);
-        }
+        // A change to quinn-proto 0.11.19 for lb: the new streams get their entries when the peer
+        // opens them (`remote_entries`).
         self.allocated_remote_count[dir as usize] += new_count;
         self.max_remote[dir as usize] += new_count;
     }
@@ -266,6 +279,7 @@ impl StreamsState {
         self.validate_receive_id(id).inspect_err(|_e| {
             debug!("received illegal STREAM frame");
         })?;
+        self.insert_remote_entries(id);
 
         let rs = match self
             .recv
@@ -319,6 +333,7 @@ impl StreamsState {
         self.validate_receive_id(id).inspect_err(|_e| {
             debug!("received illegal RESET_STREAM frame");
         })?;
+        self.insert_remote_entries(id);
 
         let rs = match self
             .recv
@@ -369,6 +384,7 @@ impl StreamsState {
     /// Process incoming `STOP_SENDING` frame
     #[allow(unreachable_pub)] // fuzzing only
     pub fn received_stop_sending(&mut self, id: StreamId, error_code: VarInt) {
+        self.insert_remote_entries(id);
         let max_send_data = self.max_send_data(id);
         let stream = match self
             .send
@@ -809,6 +825,7 @@ impl StreamsState {
             })?;
         }
 
+        self.insert_remote_entries(id);
         let write_limit = self.write_limit();
         let max_send_data = self.max_send_data(id);
         if let Some(ss) = self
@@ -963,6 +980,26 @@ impl StreamsState {
             let recv = self.free_recv.pop();
             assert!(self.recv.insert(id, recv).is_none());
         }
+    }
+
+    /// A change to quinn-proto 0.11.19 for lb: gives the peer's streams of `id`'s type up to `id`
+    /// the entries upstream would have made when the peer was allowed to open them, if `id` is a
+    /// remotely-initiated stream within `max_remote` and beyond `remote_entries`.
+    ///
+    /// Called with every stream id a frame from the peer names, before looking it up, and with
+    /// every id the application asks for (`Connection::recv_stream`, `send_stream`). A stream
+    /// beyond `max_remote` gets nothing: upstream had no entry for it either (STREAM,
+    /// RESET_STREAM and MAX_STREAM_DATA reject it, STOP_SENDING and the application's calls find
+    /// it closed).
+    pub(crate) fn insert_remote_entries(&mut self, id: StreamId) {
+        let dir = id.dir() as usize;
+        if id.initiator() == self.side || id.index() >= self.max_remote[dir] {
+            return;
+        }
+        for i in self.remote_entries[dir]..=id.index() {
+            self.insert(true, StreamId::new(!self.side, id.dir(), i));
+        }
+        self.remote_entries[dir] = self.remote_entries[dir].max(id.index() + 1);
     }
 
     /// Adds credits to the connection flow control window
@@ -2083,7 +2120,9 @@ mod tests {
         for _ in 0..2 {
             client.set_max_concurrent(Dir::Uni, 200u32.into());
             client.set_max_concurrent(Dir::Bi, 201u32.into());
-            assert_eq!(client.recv.len(), 200 + 201);
+            // A change to quinn-proto 0.11.19 for lb: no entries until the peer opens a stream
+            // (upstream: `client.recv.len() == 200 + 201`).
+            assert!(client.recv.is_empty() && client.send.is_empty());
             assert_eq!(client.max_remote[Dir::Uni as usize], 200);
             assert_eq!(client.max_remote[Dir::Bi as usize], 201);
         }
@@ -2324,5 +2363,127 @@ mod tests {
             "next_remote is now {}",
             server.next_remote[Dir::Bi as usize]
         );
+    }
+
+    // Tests of a change to quinn-proto 0.11.19 for lb: entries for remote streams are made when
+    // the peer opens them (`StreamsState::remote_entries`).
+
+    fn remote_frame(
+        state: &mut StreamsState,
+        id: StreamId,
+        fin: bool,
+    ) -> Result<ShouldTransmit, TransportError> {
+        state.received(
+            frame::Stream {
+                id,
+                offset: 0,
+                fin,
+                data: Bytes::from_static(&[0; 4]),
+            },
+            4,
+        )
+    }
+
+    fn read_to_end(state: &mut StreamsState, id: StreamId) {
+        let mut pending = Retransmits::default();
+        let mut recv = RecvStream {
+            id,
+            state,
+            pending: &mut pending,
+        };
+        let mut chunks = recv.read(true).unwrap();
+        while chunks.next(usize::MAX).unwrap().is_some() {}
+        let _ = chunks.finalize();
+    }
+
+    #[test]
+    fn remote_entries_made_when_the_peer_opens_a_stream() {
+        let mut client = make(Side::Client);
+        let uni = |i| StreamId::new(Side::Server, Dir::Uni, i);
+        let bi = |i| StreamId::new(Side::Server, Dir::Bi, i);
+        assert!(client.send.is_empty() && client.recv.is_empty());
+
+        // Beyond the limit: refused or ignored as upstream, and nothing is made
+        assert_eq!(
+            remote_frame(&mut client, uni(128), false).unwrap_err().code,
+            TransportErrorCode::STREAM_LIMIT_ERROR
+        );
+        client.received_stop_sending(bi(128), 0u32.into());
+        assert!(client.send.is_empty() && client.recv.is_empty());
+
+        // Stream 5 opens 0 to 5 (RFC 9000 §3.2)
+        let _ = remote_frame(&mut client, uni(5), false).unwrap();
+        assert_eq!(client.recv.len(), 6);
+        assert!(client.send.is_empty());
+        assert_eq!(client.next_remote[Dir::Uni as usize], 6);
+        assert_eq!(client.poll(), Some(StreamEvent::Opened { dir: Dir::Uni }));
+        assert!((0..6).all(|i| client.recv.contains_key(&uni(i))));
+
+        // A lower stream, implicitly opened, then finished and read: closed, its frames ignored
+        let _ = remote_frame(&mut client, uni(3), true).unwrap();
+        assert_eq!(client.recv.len(), 6);
+        read_to_end(&mut client, uni(3));
+        assert!(!client.recv.contains_key(&uni(3)));
+        assert_eq!(client.max_remote[Dir::Uni as usize], 129);
+        assert_eq!(
+            remote_frame(&mut client, uni(3), false),
+            Ok(ShouldTransmit(false))
+        );
+        assert!(!client.recv.contains_key(&uni(3)));
+        assert_eq!(client.recv.len(), 5);
+
+        // MAX_STREAM_DATA and STOP_SENDING open bidirectional streams as STREAM does
+        client.received_max_stream_data(bi(2), 10).unwrap();
+        assert_eq!(client.next_remote[Dir::Bi as usize], 3);
+        assert!(
+            (0..3).all(|i| client.send.contains_key(&bi(i)) && client.recv.contains_key(&bi(i)))
+        );
+        client.received_stop_sending(bi(4), 0u32.into());
+        assert!(
+            (0..5).all(|i| client.send.contains_key(&bi(i)) && client.recv.contains_key(&bi(i)))
+        );
+        assert_eq!(client.send.len(), 5);
+        assert_eq!(client.next_remote[Dir::Bi as usize], 5);
+    }
+
+    #[test]
+    fn remote_streams_beyond_the_limit_over_a_connections_life() {
+        let mut client = make(Side::Client);
+        let uni = |i| StreamId::new(Side::Server, Dir::Uni, i);
+
+        // 1,000 streams one after another: each closed one frees its slot and raises the limit,
+        // and the maps hold only the open one
+        let mut pending = Retransmits::default();
+        for i in 0..1000 {
+            let _ = remote_frame(&mut client, uni(i), true).unwrap();
+            assert_eq!(client.recv.len(), 1);
+            read_to_end(&mut client, uni(i));
+            assert!(client.recv.is_empty());
+            assert_eq!(client.max_remote[Dir::Uni as usize], 128 + i + 1);
+            if client.queue_max_stream_id(&mut pending) {
+                client.sent_max_remote[Dir::Uni as usize] = client.max_remote[Dir::Uni as usize];
+            }
+        }
+        assert!(pending.max_stream_id[Dir::Uni as usize]);
+
+        // Then as many at once as allowed, and one more
+        let _ = remote_frame(&mut client, uni(1000 + 127), false).unwrap();
+        assert_eq!(client.recv.len(), 128);
+        assert_eq!(
+            remote_frame(&mut client, uni(1000 + 128), false)
+                .unwrap_err()
+                .code,
+            TransportErrorCode::STREAM_LIMIT_ERROR
+        );
+        // A closed one lets the peer open the next
+        let _ = remote_frame(&mut client, uni(1000), true).unwrap();
+        read_to_end(&mut client, uni(1000));
+        let _ = remote_frame(&mut client, uni(1000 + 128), false).unwrap();
+        assert_eq!(client.recv.len(), 128);
+        assert_eq!(
+            remote_frame(&mut client, uni(1000), false),
+            Ok(ShouldTransmit(false))
+        );
+        assert_eq!(client.recv.len(), 128);
     }
 }

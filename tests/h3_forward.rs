@@ -21,6 +21,24 @@ async fn http3_requests_reach_the_servers_through_the_hop() {
     // A hop connection per QUIC connection, closed with it.
     let closed = || lb_testkit::procfs::established_on(proxy_port) == 0;
     assert!(lb_testkit::wait_until(std::time::Duration::from_secs(10), closed).await, "the hops closed");
+    assert_eq!(hops_for_open_connections(&stack, 4), 4, "a hop connection per QUIC connection");
+}
+
+/// The hop connections established to lb-proxy while `n` QUIC connections are open, each after
+/// one request.
+fn hops_for_open_connections(stack: &Stack, n: usize) -> usize {
+    let ca = stack.certs.ca();
+    let sessions: Vec<h3::Session> = (0..n)
+        .map(|_| {
+            let mut session = h3::Session::open(stack.port, &ca, None, false);
+            let responses = session.requests(&json!([{"path": "/echo"}]));
+            assert_eq!(responses[0]["status"], 200, "{responses:?}");
+            session
+        })
+        .collect();
+    let hops = lb_testkit::procfs::established_on(stack.proxy.addr().port());
+    drop(sessions);
+    hops
 }
 
 /// With `backend.multiplex: true` the QUIC connection's hop is a stream of lb-tls's
@@ -28,12 +46,11 @@ async fn http3_requests_reach_the_servers_through_the_hop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http3_requests_reach_the_servers_through_the_multiplexed_hop() {
     let stack = Stack::start_multiplexed();
-    let proxy_port = stack.proxy.addr().port();
     requests_reach_the_servers(&stack).await;
-    // Both QUIC connections have ended; their hops were streams of the hop connection that
-    // stays, one for the lb-tls thread(s) that served them (a connection each would be closed).
-    let hops = lb_testkit::procfs::established_on(proxy_port);
-    assert!((1..=2).contains(&hops), "{hops} hop connections to lb-proxy");
+    // Four QUIC connections open at once: their hops are streams of one hop connection per
+    // lb-tls worker thread (two), not a connection each.
+    let hops = hops_for_open_connections(&stack, 4);
+    assert!((1..=2).contains(&hops), "{hops} hop connections to lb-proxy for 4 QUIC connections");
 }
 
 async fn requests_reach_the_servers(stack: &Stack) {

@@ -38,10 +38,20 @@ impl Stack {
         Stack::start_with("", true)
     }
 
+    /// As [`Stack::start`], lb-proxy's frontend with these `timeouts:` (YAML flow mapping).
+    #[allow(dead_code)]
+    pub(crate) fn start_proxy_timeouts(timeouts: &str, multiplex: bool) -> Stack {
+        Stack::start_full("", multiplex, timeouts)
+    }
+
     fn start_with(quic: &str, multiplex: bool) -> Stack {
+        Stack::start_full(quic, multiplex, "{}")
+    }
+
+    fn start_full(quic: &str, multiplex: bool, timeouts: &str) -> Stack {
         let certs = TestCerts::new();
         let api = TestServer::start("api");
-        let proxy = proxy(&api);
+        let proxy = proxy(&api, timeouts);
         let tls = tls(&certs, &proxy.addr().to_string(), quic, multiplex);
         let port = tls.addr().port();
         Stack { certs, api, proxy, tls, port }
@@ -97,8 +107,9 @@ impl Stack {
     }
 }
 
-fn proxy(api: &TestServer) -> ProxyProcess {
+fn proxy(api: &TestServer, timeouts: &str) -> ProxyProcess {
     let api = api.addr();
+    let timeouts = timeouts.to_owned();
     ProxyProcess::start_with(1, move |ports| {
         format!(
             r#"global:
@@ -107,6 +118,7 @@ frontends:
   - name: tls_in
     bind: [ {{ address: "127.0.0.1:{p}", accept_proxy: true }} ]
     tls: true
+    timeouts: {timeouts}
     default_backend: api
     http_request:
       - set_header: {{ name: X-TLS, value: "%[ssl_fc_protocol] %[ssl_fc_alpn] %[ssl_fc_sni] %[ssl_fc_cipher]" }}

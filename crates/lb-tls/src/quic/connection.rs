@@ -135,7 +135,7 @@ async fn open(
         .and_then(|d| d.server_name);
     let facts = proxy_header::QuicFacts { sni: sni.as_deref(), cipher };
     let header = proxy_header::v2_quic(peer, local, &facts);
-    let hop = match hop::Line::open(shared.clone(), header).await {
+    let hop = match hop::Line::open(shared.clone(), door.frontend, header).await {
         Ok(hop) => hop,
         Err(why) => {
             stats.backend_failed();

@@ -12,6 +12,7 @@
 //! sent again (RFC 9114 §4.1.1).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -23,7 +24,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::BackendAddr;
 use crate::conn::connect_within;
@@ -59,19 +60,26 @@ impl Body for HopBody {
 type Hop = SendRequest<HopBody>;
 
 /// A QUIC connection's way to lb-proxy: its current hop, replaced by a new one (the same PROXY
-/// header) once lb-proxy has closed it.
+/// header) once lb-proxy has said GOAWAY on it or it broke.
 pub(crate) struct Line {
     shared: Arc<Shared>,
+    /// The QUIC frontend's index, for its counters.
+    frontend: usize,
     header: Box<[u8]>,
     /// Held while a new hop is opened, so that the requests then waiting share it.
     current: tokio::sync::Mutex<Hop>,
+    /// New hops that could not be opened: a request that waited for `current` while one failed
+    /// takes that failure as its own rather than trying again (each try may last
+    /// `backend_connect_timeout`, and a hundred requests would wait for a hundred tries).
+    failures: AtomicU64,
 }
 
 impl Line {
     /// The first hop, opened now; or why not, as the backend failure log says it.
-    pub(crate) async fn open(shared: Arc<Shared>, header: Vec<u8>) -> Result<Line, String> {
+    pub(crate) async fn open(shared: Arc<Shared>, frontend: usize, header: Vec<u8>) -> Result<Line, String> {
         let hop = Line::connect_for(&shared, &header).await?;
-        Ok(Line { shared, header: header.into(), current: tokio::sync::Mutex::new(hop) })
+        let current = tokio::sync::Mutex::new(hop);
+        Ok(Line { shared, frontend, header: header.into(), current, failures: AtomicU64::new(0) })
     }
 
     async fn connect_for(shared: &Shared, header: &[u8]) -> Result<Hop, String> {
@@ -79,14 +87,21 @@ impl Line {
         connect(shared.hops.as_ref(), &config.backend.address, config.global.backend_connect_timeout, header).await
     }
 
-    /// The hop to send on: the current one, or a new one when lb-proxy has closed it; none
-    /// (logged) when lb-proxy cannot be reached.
+    /// The hop to send on: the current one, or a new one when lb-proxy has said GOAWAY on it
+    /// (hyper's `SendRequest` is closed from then on) or it broke; none (counted and logged) when
+    /// lb-proxy cannot be reached.
     async fn hop(&self) -> Option<Hop> {
+        let failures = self.failures.load(Ordering::Relaxed);
         let mut current = self.current.lock().await;
         if current.is_closed() {
+            if self.failures.load(Ordering::Relaxed) != failures {
+                return None;
+            }
             match Line::connect_for(&self.shared, &self.header).await {
                 Ok(hop) => *current = hop,
                 Err(why) => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    self.shared.stats.frontend(self.frontend).backend_failed();
                     let address = &self.shared.config.backend.address;
                     self.shared.backend_log.warn("backend failures", || {
                         format!("backend {address} {why}: answering 502 to a request of an open QUIC connection")
@@ -172,21 +187,35 @@ pub(crate) async fn exchange(line: Arc<Line>, request: http::Request<()>, stream
         Poll::Ready(Some(frame)) => (Some(frame), false),
     };
     // A channel only for a body to come: tokio's allocates its first block of 32 frames at once.
-    let (frames, body) = if empty {
-        (None, None)
+    // With it, how the exchange ended, for an upload still under way then.
+    let (frames, body, stop, stopped) = if empty {
+        (None, None, None, None)
     } else {
         let (frames, body) = mpsc::channel(BODY_FRAMES);
-        (Some(frames), Some(body))
+        let (stop, stopped) = oneshot::channel();
+        (Some(frames), Some(body), Some(stop), Some(stopped))
     };
     let upload = async move {
-        let Some(frames) = frames else { return };
+        let (Some(frames), Some(mut stopped)) = (frames, stopped) else { return };
         loop {
             let frame = match first.take() {
                 Some(frame) => frame,
-                None => match std::future::poll_fn(|cx| poll_upload(&mut up, &mut reading_data, cx)).await {
-                    Some(frame) => frame,
-                    None => return,
-                },
+                None => {
+                    let next = std::future::poll_fn(|cx| poll_upload(&mut up, &mut reading_data, cx));
+                    let code = tokio::select! {
+                        next = next => match next {
+                            Some(frame) => Ok(frame),
+                            None => return,
+                        },
+                        code = &mut stopped => Err(code.unwrap_or(h3::error::Code::H3_NO_ERROR)),
+                    };
+                    match code {
+                        Ok(frame) => frame,
+                        // The exchange ended without the rest of the body: the client stops
+                        // sending it (RFC 9114 §4.1, §4.1.1) rather than the stream waiting for it.
+                        Err(code) => return up.stop_sending(code),
+                    }
+                }
             };
             let last = !frame.as_ref().is_ok_and(Frame::is_data);
             if frames.send(frame).await.is_err() || last {
@@ -198,45 +227,65 @@ pub(crate) async fn exchange(line: Arc<Line>, request: http::Request<()>, stream
     let (parts, ()) = request.into_parts();
     let request = http::Request::from_parts(parts, body);
     let download = async move {
-        let mut request = request;
-        let mut resends = 0;
-        let response = loop {
-            let Some(mut hop) = line.hop().await else {
-                return answer(&mut down, http::StatusCode::BAD_GATEWAY).await;
-            };
-            match hop.try_send_request(request).await {
-                Ok(response) => break response,
-                Err(mut e) => match e.take_message() {
-                    // Given back unsent: the hop closed first.
-                    Some(unsent) if resends < RESENDS => {
-                        resends += 1;
-                        request = unsent;
-                    }
-                    _ if unprocessed(e.error()) => {
-                        down.stop_stream(h3::error::Code::H3_REQUEST_REJECTED);
-                        return;
-                    }
-                    _ => return answer(&mut down, http::StatusCode::BAD_GATEWAY).await,
-                },
-            }
-        };
-        let (parts, body) = response.into_parts();
-        if down.send_response(http::Response::from_parts(parts, ())).await.is_err() {
-            return;
+        let ended = respond(&line, request, &mut down).await;
+        if let Some(stop) = stop {
+            let _ = stop.send(ended);
         }
-        relay(body, &mut down).await;
     };
     tokio::join!(upload, download);
 }
 
-/// lb-proxy did not process the request: its stream came after the GOAWAY's last one, or was
-/// refused (RFC 9113 §8.7).
+/// Sends `request` up the line and its response down to the client; how the exchange ended:
+/// H3_REQUEST_REJECTED when lb-proxy did not process the request (the client may send it again
+/// on any connection), else H3_NO_ERROR (a response was sent, or the stream was reset).
+async fn respond(line: &Line, mut request: http::Request<HopBody>, down: &mut Download) -> h3::error::Code {
+    use h3::error::Code;
+    let mut resends = 0;
+    let response = loop {
+        let Some(mut hop) = line.hop().await else {
+            answer(down, http::StatusCode::BAD_GATEWAY).await;
+            return Code::H3_NO_ERROR;
+        };
+        match hop.try_send_request(request).await {
+            Ok(response) => break response,
+            Err(mut e) => match e.take_message() {
+                // Given back unsent: the hop closed first.
+                Some(unsent) if resends < RESENDS => {
+                    resends += 1;
+                    request = unsent;
+                }
+                // Not sent, or sent and not processed (beyond the GOAWAY, refused).
+                unsent if unsent.is_some() || unprocessed(e.error()) => {
+                    down.stop_stream(Code::H3_REQUEST_REJECTED);
+                    return Code::H3_REQUEST_REJECTED;
+                }
+                _ => {
+                    answer(down, http::StatusCode::BAD_GATEWAY).await;
+                    return Code::H3_NO_ERROR;
+                }
+            },
+        }
+    };
+    let (parts, body) = response.into_parts();
+    if down.send_response(http::Response::from_parts(parts, ())).await.is_ok() {
+        relay(body, down).await;
+    }
+    Code::H3_NO_ERROR
+}
+
+/// lb-proxy did not process the request (RFC 9113 §8.7): its stream came after the last one
+/// lb-proxy's GOAWAY named, or lb-proxy refused it; or it was never opened, the connection
+/// having gone away first. (hyper fails a request whose stream opened as the GOAWAY came only
+/// by its stream's own fate: vendor/hyper's change to its HTTP/2 client.)
 fn unprocessed(e: &hyper::Error) -> bool {
     let h2 = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>());
-    h2.is_some_and(|e| (e.is_go_away() && e.is_remote()) || e.reason() == Some(h2::Reason::REFUSED_STREAM))
+    h2.is_some_and(|e| {
+        e.is_remote() && (e.is_go_away() || (e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM)))
+    })
 }
 
 type Upload = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+type Download = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
 /// The request body's next frame from the QUIC stream: its data while `reading_data`, then its
 /// trailers; None at its end.
@@ -265,7 +314,7 @@ fn now<T>(poll: impl FnOnce(&mut Context<'_>) -> Poll<T>) -> Poll<T> {
 }
 
 /// The response body, frame by frame, then the end of the stream.
-async fn relay(mut body: Incoming, down: &mut h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>) {
+async fn relay(mut body: Incoming, down: &mut Download) {
     while let Some(frame) = body.frame().await {
         let sent = match frame.map(Frame::into_data) {
             Ok(Ok(data)) => down.send_data(data).await,
@@ -295,7 +344,7 @@ pub(crate) async fn too_early(stream: Stream) {
 
 /// An answer of our own, without a body: 502 when lb-proxy could not be asked (as lb-proxy
 /// answers when its servers cannot be), 425 for early data.
-async fn answer(down: &mut h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>, status: http::StatusCode) {
+async fn answer(down: &mut Download, status: http::StatusCode) {
     let mut response = http::Response::new(());
     *response.status_mut() = status;
     if down.send_response(response).await.is_ok() {

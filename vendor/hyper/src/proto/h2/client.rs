@@ -763,11 +763,15 @@ where
                             return Poll::Pending;
                         }
                         Poll::Ready(Ok(())) => (),
-                        Poll::Ready(Err(err)) => {
-                            f.cb.send(Err(TrySendError {
-                                error: crate::Error::new_h2(err),
-                                message: None,
-                            }));
+                        Poll::Ready(Err(_)) => {
+                            // The request's stream exists and its HEADERS may be on their way
+                            // (a change to hyper 1.12.0 for lb): the connection went away
+                            // meanwhile (a GOAWAY came), but the server may still take the stream
+                            // (a graceful GOAWAY first names the last stream id possible). Failing
+                            // the request here would tell its caller it was not sent when it may
+                            // have been processed; its stream says which, as any stream's does.
+                            // The loop's next `poll_ready` ends this task.
+                            self.poll_pipe(f, cx);
                             continue;
                         }
                     }

@@ -4,12 +4,13 @@
 //! `backend.multiplex`, the connection is a stream of this thread's hop connection (`hops`),
 //! the PROXY header in its OPEN, as for a TLS client.
 //!
-//! A QUIC connection outlives lb-proxy's workers: when one drains, it says GOAWAY on the hop and
-//! closes it once its requests have ended, so the connection's next request takes a new hop
-//! (`Line`), which reaches the new worker. A request lb-proxy did not take (sent as the GOAWAY
-//! crossed it) goes again on the new hop when hyper gives it back unsent, else it is refused to
-//! the client with H3_REQUEST_REJECTED, which tells it the request was not processed and may be
-//! sent again (RFC 9114 §4.1.1).
+//! A QUIC connection outlives lb-proxy's workers and its idle timeout: lb-proxy says GOAWAY on
+//! a draining worker's hops and on a hop idle past `http_keep_alive`, then closes it once its
+//! requests have ended; from the GOAWAY on, the connection's next request takes a new hop
+//! (`Line`), which reaches the current worker. A request lb-proxy did not take (sent as the
+//! GOAWAY crossed it) goes again on the new hop when hyper gives it back unsent, else it is
+//! refused to the client with H3_REQUEST_REJECTED, which tells it the request was not processed
+//! and may be sent again (RFC 9114 §4.1.1).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lb_supervisor::hop::HopStream;
 use lb_supervisor::{Quiet, Shutdown};
 use openssl::ssl::Ssl;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -119,26 +120,14 @@ where
     stats.handshake(ssl.session_reused(), ssl.version_str(), ssl.current_cipher().map(|c| c.name()));
     let (client, header) = backend_header(config.backend.write_proxy, received, peer, local, tls.ssl());
     let address = &config.backend.address;
-    let connect_timeout = config.global.backend_connect_timeout;
-    // The connects are boxed: their state is freed once done, not kept in the connection's
-    // task for its whole life.
-    let why = match (&shared.hops, address) {
-        // The header goes in the stream's OPEN.
-        (Some(hops), _) => match Box::pin(hops.open(&header)).await {
-            Ok(stream) => return forward(tls, stream, Vec::new(), stats).await,
-            Err(why) => why,
-        },
-        (None, BackendAddr::Tcp(a)) => match Box::pin(connect_within(connect_timeout, TcpStream::connect(a))).await {
-            Ok(backend) => {
-                let _ = backend.set_nodelay(true);
-                return forward(tls, backend, header, stats).await;
-            }
-            Err(why) => why,
-        },
-        (None, BackendAddr::Unix(p)) => match Box::pin(connect_within(connect_timeout, UnixStream::connect(p))).await {
-            Ok(backend) => return forward(tls, backend, header, stats).await,
-            Err(why) => why,
-        },
+    // The connect is boxed: its state is freed once done, not kept in the connection's task
+    // for its whole life.
+    let why = match Box::pin(connect_backend(shared, &header)).await {
+        // The header went in the stream's OPEN.
+        Ok(Backend::Stream(stream)) => return forward(tls, stream, Vec::new(), stats).await,
+        Ok(Backend::Tcp(backend)) => return forward(tls, backend, header, stats).await,
+        Ok(Backend::Unix(backend)) => return forward(tls, backend, header, stats).await,
+        Err(why) => why,
     };
     stats.backend_failed();
     shared.backend_log.warn("backend failures", || {
@@ -195,6 +184,32 @@ impl AckNow for TcpStream {
 
 impl AckNow for UnixStream {
     fn ack_now(&self) {}
+}
+
+/// A way to lb-proxy (the backend) for one client connection, TLS or QUIC.
+pub(crate) enum Backend {
+    /// A stream of this thread's multiplexed hop connection (`backend.multiplex`), announced
+    /// by the PROXY header in its OPEN.
+    Stream(HopStream),
+    /// A connection of its own, on which the PROXY header is still to be written.
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// A way to lb-proxy within `backend_connect_timeout`, `header` announcing it on the
+/// multiplexed hop; or why there is none, as the failure log says it.
+pub(crate) async fn connect_backend(shared: &Shared, header: &[u8]) -> Result<Backend, String> {
+    let config = &shared.config;
+    let timeout = config.global.backend_connect_timeout;
+    Ok(match (&shared.hops, &config.backend.address) {
+        (Some(hops), _) => Backend::Stream(hops.open(header).await?),
+        (None, BackendAddr::Tcp(a)) => {
+            let stream = connect_within(timeout, TcpStream::connect(a)).await?;
+            let _ = stream.set_nodelay(true);
+            Backend::Tcp(stream)
+        }
+        (None, BackendAddr::Unix(p)) => Backend::Unix(connect_within(timeout, UnixStream::connect(p)).await?),
+    })
 }
 
 /// A backend connection within `timeout`, or why there is none, as the failure log says it.

@@ -155,7 +155,7 @@ async fn open(
     // No grease (reserved frame types before a stream's end): aioquic 1.2, a client in use,
     // then never sees the end of the response.
     let h3_conn = Box::new(h3::server::builder().send_grease(false).build::<_, Bytes>(h3_conn).await.ok()?);
-    Some(Opened { conn, h3_conn, hop: Arc::new(hop), home, local_ip, early, shutdown })
+    Some(Opened { conn, h3_conn, hop, home, local_ip, early, shutdown })
 }
 
 /// The connection's requests until it ends or the worker stops; GOAWAY at the drain.

@@ -16,7 +16,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
@@ -24,12 +23,9 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::BackendAddr;
-use crate::conn::connect_within;
-use crate::hops::Hops;
+use crate::conn::{connect_backend, Backend};
 use crate::serve::Shared;
 
 /// Request body frames in flight from the QUIC stream to the hop, per request.
@@ -77,15 +73,9 @@ pub(crate) struct Line {
 
 impl Line {
     /// The first hop, opened now; or why not, as the backend failure log says it.
-    pub(crate) async fn open(shared: Arc<Shared>, frontend: usize, header: Vec<u8>) -> Result<Line, String> {
-        let hop = Line::connect_for(&shared, &header).await?;
-        let current = tokio::sync::Mutex::new(hop);
-        Ok(Line { shared, frontend, header: header.into(), current, failures: AtomicU64::new(0) })
-    }
-
-    async fn connect_for(shared: &Shared, header: &[u8]) -> Result<Hop, String> {
-        let config = &shared.config;
-        connect(shared.hops.as_ref(), &config.backend.address, config.global.backend_connect_timeout, header).await
+    pub(crate) async fn open(shared: Arc<Shared>, frontend: usize, header: Vec<u8>) -> Result<Arc<Line>, String> {
+        let current = tokio::sync::Mutex::new(connect(&shared, &header).await?);
+        Ok(Arc::new(Line { shared, frontend, header: header.into(), current, failures: AtomicU64::new(0) }))
     }
 
     /// The hop to send on: the current one, or a new one when lb-proxy has said GOAWAY on it
@@ -98,7 +88,7 @@ impl Line {
             if self.failures.load(Ordering::Relaxed) != failures {
                 return None;
             }
-            match Line::connect_for(&self.shared, &self.header).await {
+            match connect(&self.shared, &self.header).await {
                 Ok(hop) => *current = hop,
                 Err(why) => {
                     self.failures.fetch_add(1, Ordering::Relaxed);
@@ -115,32 +105,33 @@ impl Line {
     }
 }
 
-/// A hop to lb-proxy with HTTP/2 started: a stream of this thread's multiplexed hop connection
-/// announced with `header` when there are `hops`, else a connection to `address` within
-/// `timeout` with `header` written first; or why not, as the backend failure log says it.
-async fn connect(hops: Option<&Hops>, address: &BackendAddr, timeout: Duration, header: &[u8]) -> Result<Hop, String> {
-    if let Some(hops) = hops {
-        return open(hops.open(header).await?, &[]).await;
-    }
-    match address {
-        BackendAddr::Tcp(a) => {
-            let stream = connect_within(timeout, TcpStream::connect(a)).await?;
-            let _ = stream.set_nodelay(true);
-            open(stream, header).await
+/// A hop to lb-proxy with HTTP/2 started on it, `header` its PROXY header (in the stream's
+/// OPEN on the multiplexed hop, else written first); or why not, as the backend failure log
+/// says it.
+async fn connect(shared: &Shared, header: &[u8]) -> Result<Hop, String> {
+    match connect_backend(shared, header).await? {
+        Backend::Stream(stream) => start(stream).await,
+        Backend::Tcp(mut stream) => {
+            write_header(&mut stream, header).await?;
+            start(stream).await
         }
-        BackendAddr::Unix(p) => open(connect_within(timeout, UnixStream::connect(p)).await?, header).await,
+        Backend::Unix(mut stream) => {
+            write_header(&mut stream, header).await?;
+            start(stream).await
+        }
     }
 }
 
-/// Writes `header` on `io`, then starts HTTP/2 on it; the connection is driven by a task of its
-/// own, which ends when the hop closes.
-async fn open<S>(mut io: S, header: &[u8]) -> Result<Hop, String>
+async fn write_header(io: &mut (impl AsyncWrite + Unpin), header: &[u8]) -> Result<(), String> {
+    io.write_all(header).await.map_err(|e| format!("writing the PROXY header: {e}"))
+}
+
+/// Starts HTTP/2 on `io`; the connection is driven by a task of its own, which ends when the
+/// hop closes.
+async fn start<S>(io: S) -> Result<Hop, String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    if !header.is_empty() {
-        io.write_all(header).await.map_err(|e| format!("writing the PROXY header: {e}"))?;
-    }
     let (hop, connection) = hyper::client::conn::http2::Builder::new(Boxing)
         .handshake(TokioIo::new(io))
         .await

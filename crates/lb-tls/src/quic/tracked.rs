@@ -17,19 +17,14 @@ use crate::stats::{FrontendStats, Quic};
 /// How often the open connections are looked at.
 const SWEEP: Duration = Duration::from_secs(1);
 
-/// The open connections of a frontend in this worker.
+/// The open connections of a frontend in this worker, by quinn's `stable_id` (unique among
+/// the live connections).
 #[derive(Default)]
-pub(super) struct Open(Mutex<Registry>);
-
-#[derive(Default)]
-struct Registry {
-    next: u64,
-    connections: HashMap<u64, Arc<Tracked>>,
-}
+pub(super) struct Open(Mutex<HashMap<usize, Arc<Tracked>>>);
 
 impl std::fmt::Debug for Open {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Open").field("connections", &lock(&self.0).connections.len()).finish()
+        f.debug_struct("Open").field("connections", &lock(&self.0).len()).finish()
     }
 }
 
@@ -58,7 +53,6 @@ impl Tracked {
 /// it leaves the registry when dropped.
 pub(super) struct Registered {
     door: Arc<Door>,
-    id: u64,
     tracked: Arc<Tracked>,
 }
 
@@ -67,14 +61,8 @@ impl Registered {
     pub(super) fn new(door: Arc<Door>, conn: quinn::Connection, home: Home, local_ip: Option<IpAddr>) -> Registered {
         let state = Mutex::new(State { home, counted: Counted::default() });
         let tracked = Arc::new(Tracked { conn, local_ip, state });
-        let id = {
-            let mut registry = lock(&door.open.0);
-            let id = registry.next;
-            registry.next += 1;
-            registry.connections.insert(id, tracked.clone());
-            id
-        };
-        Registered { door, id, tracked }
+        lock(&door.open.0).insert(tracked.conn.stable_id(), tracked.clone());
+        Registered { door, tracked }
     }
 
     /// Whether the client moved (a request looks at once, not at the next sweep).
@@ -87,7 +75,7 @@ impl Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        lock(&self.door.open.0).connections.remove(&self.id);
+        lock(&self.door.open.0).remove(&self.tracked.conn.stable_id());
         let stats = self.door.shared.stats.frontend(self.door.frontend);
         lock(&self.tracked.state).counted.update(&self.tracked.conn, stats);
     }
@@ -102,7 +90,7 @@ pub(super) async fn sweep(door: Weak<Door>) {
         tick.tick().await;
         let Some(door) = door.upgrade() else { return };
         // Taken out of the lock: connections opening and closing meanwhile do not wait.
-        let open: Vec<Arc<Tracked>> = lock(&door.open.0).connections.values().cloned().collect();
+        let open: Vec<Arc<Tracked>> = lock(&door.open.0).values().cloned().collect();
         let stats = door.shared.stats.frontend(door.frontend);
         for tracked in open {
             tracked.look(&door, stats);

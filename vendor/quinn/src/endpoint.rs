@@ -545,6 +545,7 @@ impl State {
                 .senders
                 .get_mut(&ch)
                 .unwrap()
+                // Boxed: a change to quinn 0.11.12 for lb (`ConnectionEvent`, lib.rs).
                 .send(ConnectionEvent::Proto(Box::new(event)));
         }
 
@@ -824,6 +825,7 @@ impl RecvState {
                                         .senders
                                         .get_mut(&handle)
                                         .unwrap()
+                                        // Boxed: a change to quinn 0.11.12 for lb (lib.rs).
                                         .send(ConnectionEvent::Proto(Box::new(event)));
                                 }
                                 Some(DatagramEvent::Response(transmit)) => {

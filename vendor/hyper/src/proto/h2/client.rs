@@ -680,6 +680,12 @@ where
             match ready!(self.h2_tx.poll_ready(cx)) {
                 Ok(()) => (),
                 Err(err) => {
+                    // A request whose stream waits to open (the server's stream limit) is left
+                    // to its stream too (a change to hyper 1.12.0 for lb, as below): dropped
+                    // here, it would be failed as if it might have been sent.
+                    if let Some(f) = self.fut_ctx.take() {
+                        self.poll_pipe(f, cx);
+                    }
                     self.ping.ensure_not_timed_out()?;
                     return if err.reason() == Some(::h2::Reason::NO_ERROR) {
                         trace!("connection gracefully shutdown");
